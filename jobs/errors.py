@@ -1,0 +1,55 @@
+"""The exceptions of the job store: one root, `JobsError`, and families under it.
+
+Every message says what was tried, on what, and why, and where it can, what
+would fix it.
+"""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    """Root of every error the job store raises on purpose."""
+
+
+class QueueError(JobsError):
+    """The queue folder cannot be used: missing, not a queue, too new, unwritable."""
+
+
+class JobNotFound(JobsError, LookupError):
+    """No job with this id is in any state folder of the queue."""
+
+
+class InvalidJobId(JobsError, ValueError):
+    """A string given as a job id is not one (ids are safe file names)."""
+
+
+class InvalidJob(JobsError, ValueError):
+    """A job spec is malformed: bad `job.json`, wrong types, bad options."""
+
+
+class ArgumentNotSerializable(JobsError, TypeError):
+    """An argument given to `enqueue` cannot be encoded as JSON."""
+
+
+class UnknownCallable(JobsError, LookupError):
+    """A job names a function that is not in the registry."""
+
+
+class ClaimLost(JobsError):
+    """The job is no longer held by this owner: a sweeper took it back."""
+
+
+class MoveCollision(JobsError):
+    """A rename would have replaced an entry that already exists; nothing moved."""
+
+
+class WrongState(JobsError):
+    """The job is not in a state that allows the asked-for transition."""
+
+
+class InternalError(JobsError):
+    """An invariant of the store broke. This is a bug in forkvisor: please report it."""
+
+
+class CannotComplete(Exception):  # named for what the job says, not as an error class
+    """Raise from a job to say it can never succeed: it goes to `dead/` at once, with no retry."""

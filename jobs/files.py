@@ -1,0 +1,163 @@
+"""File-system primitives the store is built from, and nothing else.
+
+Invariants kept here:
+- A move never replaces an existing entry: `move` uses renameat2 with
+  RENAME_NOREPLACE, because plain rename(2) silently replaces an empty target
+  directory. Where the file system refuses the flag (EINVAL), it falls back to
+  "look, then rename", which is safe unless two writers race on the same name.
+- Files we read are opened with O_NOFOLLOW and read up to a size limit, so a
+  symlink or a huge file planted in a queue is never followed nor slurped.
+- `checkpoint(name)` marks the points between the steps of a transition; tests
+  install a hook there to kill the process at exactly that point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from jobs.errors import MoveCollision
+
+_RENAME_NOREPLACE = 1
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2 = getattr(_libc, "renameat2", None)
+_syncfs = getattr(_libc, "syncfs", None)
+_noreplace_supported = _renameat2 is not None
+
+checkpoint_hook: Callable[[str], None] | None = None
+
+
+def checkpoint(name: str) -> None:
+    """Mark a point between two steps of a transition (a crash test hooks it)."""
+    if checkpoint_hook is not None:
+        checkpoint_hook(name)
+
+
+def move(src: Path, dst: Path) -> None:
+    """Rename `src` to `dst`, failing with MoveCollision if `dst` exists.
+
+    Raises FileNotFoundError when `src` is gone (another process moved it first).
+    """
+    global _noreplace_supported
+    if _noreplace_supported:
+        if _renameat2_noreplace(src, dst):
+            return
+        _noreplace_supported = False  # this file system refused the flag
+    if os.path.lexists(dst):
+        raise MoveCollision(f"cannot move {src} to {dst}: {dst} already exists")
+    os.rename(src, dst)
+
+
+def _renameat2_noreplace(src: Path, dst: Path) -> bool:
+    """Return False when the file system does not support RENAME_NOREPLACE."""
+    assert _renameat2 is not None
+    result = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+    if result == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS):
+        return False
+    if err == errno.EEXIST:
+        raise MoveCollision(f"cannot move {src} to {dst}: {dst} already exists")
+    raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the entries of folder `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush everything written to the file system holding `path` (one barrier)."""
+    if _syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), os.fspath(path))
+    finally:
+        os.close(fd)
+
+
+PRIVATE = 0o600
+
+
+def write_new(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
+    """Create `path` (it must not exist) holding `data`; fsync it when durable."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        _widen(fd, mode)
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
+    """Atomically set the content of `path`: write a dot-file beside it, rename over."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_new(tmp, data, durable=durable, mode=mode)
+    except FileExistsError:  # a previous run of this pid died mid-write
+        tmp.unlink()
+        write_new(tmp, data, durable=durable, mode=mode)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def append_line(path: Path, line: str, mode: int = PRIVATE) -> None:
+    """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        _widen(fd, mode)
+        _write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
+    finally:
+        os.close(fd)
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """Read a regular file without following a symlink; refuse one over `limit` bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if not _is_regular(fd):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        data = os.read(fd, limit + 1)
+        chunks = [data]
+        while data and sum(map(len, chunks)) <= limit:
+            data = os.read(fd, limit + 1)
+            chunks.append(data)
+    finally:
+        os.close(fd)
+    content = b"".join(chunks)
+    if len(content) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+    return content
+
+
+def _widen(fd: int, mode: int) -> None:
+    """Give a shared queue's file its group bits, which the umask may have taken away."""
+    if mode != PRIVATE:
+        os.fchmod(fd, mode)
+
+
+def _is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,273 @@
+"""One queue folder: its marker, its state folders, and the mechanics every
+transition shares (durable moves, the events log, quarantine, the counter).
+
+Invariants kept here:
+- Every state change is one `files.move` of a job directory between sibling
+  state folders; with `durable=True` both folders are fsynced after it.
+- An entry that is not a job (bad name, not a directory, a symlink) is moved
+  into `quarantine/` under a fresh safe name, with a `.why` note beside it; it
+  is never deleted and never followed.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import stat
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobs import files
+from jobs.errors import InvalidJob, QueueError
+from jobs.job import MAX_SPEC_BYTES, JobSpec, State
+
+log = logging.getLogger(__name__)
+
+MARKER = "queue.json"
+MARKER_KIND = "forkvisor-queue"
+FORMAT_VERSION = 1
+SPEC_FILE = "job.json"
+COUNTER_FILE = "attempts"
+EVENTS_FILE = "events"
+ERROR_FILE = "error.json"
+RESULT_FILE = "result.json"
+OUTCOME_FILE = "outcome.json"
+CANCEL_FILE = "cancel"
+QUARANTINE = "quarantine"
+TMP = "tmp"
+DEFAULTS: dict[str, Any] = {"max_attempts": 3, "timeout": None}  # for jobs that do not say
+
+
+class QueueFolder:
+    """The folder of one queue, opened (and created if asked) and checked."""
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool, durable: bool, shared: bool) -> None:
+        self.path = Path(path).absolute()
+        self.durable = durable
+        marker = self._open_or_create(create, shared)
+        self.shared = bool(marker.get("shared", False))
+        self.defaults: dict[str, Any] = {**DEFAULTS, **marker.get("defaults", {})}
+        self.dir_mode = 0o2770 if self.shared else 0o700
+        self.file_mode = 0o660 if self.shared else 0o600
+
+    # -- opening -----------------------------------------------------------
+
+    def _open_or_create(self, create: bool, shared: bool) -> dict[str, Any]:
+        if not self.path.exists():
+            if not create:
+                raise QueueError(f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)")
+            self._mkdir(self.path, 0o2770 if shared else 0o700)
+        elif not self.path.is_dir():
+            raise QueueError(f"cannot open queue {self.path}: it is not a folder")
+        marker_path = self.path / MARKER
+        if not marker_path.exists():
+            if not create:
+                raise QueueError(f"cannot open queue {self.path}: no {MARKER}, so it is not a queue")
+            self._initialise(shared)
+        marker = self._read_marker(marker_path)
+        self._ensure_state_folders(0o2770 if marker.get("shared") else 0o700)
+        return marker
+
+    def _initialise(self, shared: bool) -> None:
+        stray = sorted(name for name in os.listdir(self.path) if name != MARKER)
+        if stray:
+            raise QueueError(
+                f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
+                f"(found {', '.join(stray[:5])}); use an empty or new folder"
+            )
+        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": DEFAULTS}
+        data = json.dumps(document, indent=1).encode() + b"\n"
+        tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
+        files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
+        try:
+            os.link(tmp, self.path / MARKER)  # link, not rename: a racing creator's marker wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        files.fsync_dir(self.path)
+
+    def _read_marker(self, marker_path: Path) -> dict[str, Any]:
+        try:
+            marker = json.loads(files.read_limited(marker_path, 1 << 20))
+        except (OSError, ValueError) as exc:
+            raise QueueError(f"cannot open queue {self.path}: {MARKER} is unreadable ({exc})") from None
+        if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
+            raise QueueError(f"cannot open queue {self.path}: {MARKER} does not mark a forkvisor queue")
+        version = marker.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise QueueError(f"cannot open queue {self.path}: {MARKER} has no valid version (got {version!r})")
+        if version > FORMAT_VERSION:
+            raise QueueError(
+                f"cannot open queue {self.path}: it has format version {version!r}, and this forkvisor "
+                f"reads up to version {FORMAT_VERSION}; upgrade forkvisor"
+            )
+        return marker
+
+    def _ensure_state_folders(self, mode: int) -> None:
+        for name in (TMP, QUARANTINE, *(state.value for state in State)):
+            folder = self.path / name
+            if not folder.is_dir():
+                try:
+                    self._mkdir(folder, mode)
+                except PermissionError:
+                    raise QueueError(
+                        f"cannot open queue {self.path}: cannot create {name}/ (permission denied)"
+                    ) from None
+
+    def _mkdir(self, path: Path, mode: int) -> None:
+        try:
+            os.mkdir(path, mode)
+        except FileExistsError:
+            return
+        os.chmod(path, mode)  # the umask must not narrow a shared queue
+
+    def write_defaults(self, defaults: dict[str, Any]) -> None:
+        """Change the defaults stored in `queue.json`."""
+        marker = self._read_marker(self.path / MARKER)
+        marker["defaults"] = {**marker.get("defaults", {}), **defaults}
+        data = json.dumps(marker, indent=1).encode() + b"\n"
+        files.replace_file(self.path / MARKER, data, durable=True, mode=self.file_mode)
+        self.defaults = {**DEFAULTS, **marker["defaults"]}
+
+    # -- paths ---------------------------------------------------------------
+
+    def state_dir(self, state: State) -> Path:
+        return self.path / state.value
+
+    @property
+    def tmp(self) -> Path:
+        return self.path / TMP
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.path / QUARANTINE
+
+    # -- moving ------------------------------------------------------------
+
+    def move(self, src: Path, dst: Path) -> None:
+        """Move a job directory between state folders: one rename, then fsync both."""
+        files.move(src, dst)
+        if self.durable:
+            files.fsync_dir(dst.parent)
+            if src.parent != dst.parent:
+                files.fsync_dir(src.parent)
+
+    def make_dir(self, path: Path) -> None:
+        os.mkdir(path, self.dir_mode & 0o777)
+        if self.shared:
+            os.chmod(path, self.dir_mode)  # the umask must not narrow a shared queue
+
+    def write_new(self, path: Path, data: bytes) -> None:
+        files.write_new(path, data, durable=self.durable, mode=self.file_mode)
+
+    def replace_file(self, path: Path, data: bytes) -> None:
+        files.replace_file(path, data, durable=self.durable, mode=self.file_mode)
+
+    def append_line(self, path: Path, line: str) -> None:
+        files.append_line(path, line, mode=self.file_mode)
+
+    # -- inside a job directory -------------------------------------------------
+
+    def read_spec(self, job_dir: Path, job_id: str) -> JobSpec:
+        """Read and check `job.json`; raise InvalidJob saying what is wrong."""
+        try:
+            data = files.read_limited(job_dir / SPEC_FILE, MAX_SPEC_BYTES)
+        except FileNotFoundError:
+            raise InvalidJob(f"job {job_id} has no {SPEC_FILE}; write it before publishing (docs/FORMAT.md)") from None
+        except OSError as exc:
+            raise InvalidJob(f"job {job_id}: cannot read {SPEC_FILE}: {exc.strerror or exc}") from None
+        return JobSpec.from_json(data, job_id, self.defaults)
+
+    def read_counter(self, job_dir: Path) -> int:
+        """Attempts used so far (the `attempts` file; missing means 0).
+
+        Raises InvalidJob when the file is unreadable or not a number: reading it
+        as 0 would hand a crash-looping job a fresh set of attempts.
+        """
+        try:
+            text = files.read_limited(job_dir / COUNTER_FILE, 64).decode("ascii", "replace").strip()
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise InvalidJob(f"cannot read the attempts counter of {job_dir.name}: {exc.strerror or exc}") from None
+        if not text.isdigit():
+            raise InvalidJob(f"the attempts counter of {job_dir.name} holds {text[:20]!r}, not a number")
+        return int(text)
+
+    def write_counter(self, job_dir: Path, value: int) -> None:
+        self.replace_file(job_dir / COUNTER_FILE, f"{value}\n".encode())
+
+    def log_event(self, job_dir: Path, event: str, now: float) -> None:
+        """Append one line to the job's `events` log; the log is informative, so a
+        failure to write it is logged, never raised."""
+        stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        try:
+            self.append_line(job_dir / EVENTS_FILE, f"{stamp} {event}")
+        except OSError as exc:
+            log.warning("cannot append to the events log of %s: %s", job_dir, exc)
+
+    def write_json(self, path: Path, document: dict[str, Any]) -> None:
+        self.replace_file(path, json.dumps(document, indent=1, default=repr).encode() + b"\n")
+
+    def bury(self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float) -> Path:
+        """Move a job to `dead/` with its cause in `error.json`.
+
+        Raises FileNotFoundError when `job_dir` is gone (someone else moved it).
+        """
+        self.write_json(job_dir / ERROR_FILE, cause)
+        (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale owner's result never stands for this job
+        target = self.state_dir(State.DEAD) / job_id
+        self.move(job_dir, target)
+        self.log_event(target, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
+        log.info("job %s is dead: %s", job_id, cause.get("message") or cause.get("reason"))
+        return target
+
+    # -- quarantine -----------------------------------------------------------
+
+    def quarantine(self, folder: Path, name: str, why: str, now: float) -> Path | None:
+        """Move entry `name` of `folder` aside with a note; None if it was gone already."""
+        stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
+        target = self.quarantine_dir / f"{folder.name}.{stamp}.{os.urandom(4).hex()}"
+        try:
+            files.move(folder / name, target)
+        except FileNotFoundError:
+            if not os.path.lexists(folder / name):
+                return None  # someone else moved it first
+            self._mkdir(self.quarantine_dir, self.dir_mode)  # an operator removed quarantine/
+            files.move(folder / name, target)
+        note = f"from: {folder.name}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
+        self.write_new(target.with_name(target.name + ".why"), note.encode("utf-8", "backslashreplace"))
+        log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
+        return target
+
+
+def entry_problem(folder: Path, name: str) -> str | None:
+    """Why the entry is not a job directory (None when it is one)."""
+    try:
+        mode = os.lstat(folder / name).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symlink: state folders hold job directories only, never links"
+    if not stat.S_ISDIR(mode):
+        return "not a directory: a job is a directory holding job.json"
+    return None
+
+
+def filesystem_now(path: Path, mode: int = files.PRIVATE) -> float:
+    """The file system's clock: touch a file in `path` and read back its mtime."""
+    clock = path / ".clock"
+    try:
+        os.utime(clock)
+    except FileNotFoundError:
+        files.append_line(clock, "", mode)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        return time.time()
+    return os.stat(clock).st_mtime

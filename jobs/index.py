@@ -1,0 +1,74 @@
+"""The ready index: which `ready/` entry to try to claim next, without listing
+the folder on every claim.
+
+`ready/` names sort in claim order (priority, then enqueue time). The index
+keeps the smallest `limit` names of the last scan in a heap and hands them out
+in order. It rescans when it runs dry, or when the last scan is older than
+`STALE_FACTOR` times that scan's own duration, so scanning costs a bounded
+share of the time whatever the folder's size. Names the caller learns of in
+between (inotify tells the manager each new name) are added at once when they
+cannot jump over names the index has not seen.
+
+The index is a hint: every name it gives may already be gone (another manager
+claimed it), and the claim's rename is what decides.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import time
+from pathlib import Path
+
+STALE_FACTOR = 20
+DEFAULT_LIMIT = 8192
+
+
+class ReadyIndex:
+    """Candidates for the next claim from one `ready/` folder."""
+
+    def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT) -> None:
+        self._folder = folder
+        self._limit = limit
+        self._heap: list[str] = []
+        self._known: set[str] = set()
+        self._complete = False  # the heap held every name at the last scan
+        self._bound = ""  # when not complete: the largest name kept
+        self._scanned_at = 0.0
+        self._scan_cost = 0.0
+        self.scans = 0
+
+    def pop(self, rescan: bool = True) -> str | None:
+        """The next name to try, or None when `ready/` looks empty (or, with
+        `rescan=False`, when the names in hand are used up)."""
+        if rescan and (not self._heap or self._is_stale()):
+            self.rescan()
+        if not self._heap:
+            return None
+        name = heapq.heappop(self._heap)
+        self._known.discard(name)
+        return name
+
+    def add(self, name: str) -> None:
+        """Learn of a new entry (e.g. from inotify) without rescanning."""
+        if name in self._known or (not self._complete and name > self._bound):
+            return  # unseen names may sort before it: the next scan finds it
+        heapq.heappush(self._heap, name)
+        self._known.add(name)
+
+    def rescan(self) -> None:
+        started = time.monotonic()
+        with os.scandir(self._folder) as entries:
+            names = [entry.name for entry in entries]
+        kept = heapq.nsmallest(self._limit, names)
+        self._complete = len(kept) == len(names)
+        self._bound = kept[-1] if kept else ""
+        self._heap = kept  # sorted, hence already a heap
+        self._known = set(kept)
+        self._scanned_at = time.monotonic()
+        self._scan_cost = self._scanned_at - started
+        self.scans += 1
+
+    def _is_stale(self) -> bool:
+        age = time.monotonic() - self._scanned_at
+        return age > max(STALE_FACTOR * self._scan_cost, 0.05)

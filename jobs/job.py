@@ -1,0 +1,281 @@
+"""The job model: states, ids, entry names, the immutable spec, and the view.
+
+A job id is `YYYYMMDD-HHMMSS-ffffff-xxxxxxxx`: the UTC enqueue time to the
+microsecond, then 8 random hex digits. Ids are safe file names and sort in
+enqueue order; ids made by one process are strictly increasing.
+
+The name of a job's entry depends on its state folder (see `jobs/__init__`):
+`ready/RRR.ID` (RRR = 100 - priority, so names sort in claim order),
+`scheduled/DUE.RRR.ID` (DUE = epoch milliseconds, 13 digits), and plain `ID`
+in `claimed/OWNER/`, `done/` and `dead/`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jobs.errors import InvalidJob, InvalidJobId
+
+SPEC_FORMAT = 1
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+LATEST_DUE = 9_999_999_999.0  # 13 digits of milliseconds in scheduled/ names: the year 2286
+_ID = r"\d{8}-\d{6}-\d{6}-[0-9a-f]{8}"
+_ID_RE = re.compile(rf"^{_ID}$")
+_READY_RE = re.compile(rf"^(\d{{3}})\.({_ID})$")
+_SCHEDULED_RE = re.compile(rf"^(\d{{13}})\.(\d{{3}})\.({_ID})$")
+_last_id_us = 0
+
+
+class State(enum.StrEnum):
+    """Where a job is; the value is the name of its state folder."""
+
+    READY = "ready"
+    SCHEDULED = "scheduled"
+    CLAIMED = "claimed"
+    DONE = "done"
+    DEAD = "dead"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (State.DONE, State.DEAD)
+
+
+def new_job_id(now: float | None = None) -> str:
+    """Make a fresh id: enqueue time to the microsecond, then 8 random hex digits.
+
+    Ids made within a second of each other strictly increase within a process, so
+    a batch keeps its order; an explicit `now` far from the last id starts afresh
+    and drags no later id along with it.
+    """
+    global _last_id_us
+    micros = int((time.time() if now is None else now) * 1_000_000)
+    if micros <= _last_id_us < micros + 1_000_000:
+        micros = _last_id_us + 1
+    _last_id_us = micros
+    stamp = datetime.fromtimestamp(micros // 1_000_000, UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{micros % 1_000_000:06d}-{os.urandom(4).hex()}"
+
+
+def is_job_id(text: str) -> bool:
+    return bool(_ID_RE.match(text))
+
+
+def check_job_id(text: str) -> str:
+    """Return `text` if it is a job id, else raise InvalidJobId saying what one looks like."""
+    if not isinstance(text, str) or not is_job_id(text):
+        raise InvalidJobId(
+            f"{text!r} is not a job id: ids look like 20261123-103300-123456-a1b2c3d4 "
+            "(UTC date, time, microseconds, 8 hex digits)"
+        )
+    return text
+
+
+def check_priority(priority: int) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidJob(f"priority must be an integer, got {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidJob(f"priority {priority} is out of range: use {MIN_PRIORITY}..{MAX_PRIORITY}")
+    return priority
+
+
+def ready_name(job_id: str, priority: int) -> str:
+    return f"{100 - priority:03d}.{job_id}"
+
+
+def scheduled_name(job_id: str, priority: int, due: float) -> str:
+    return f"{max(0, math.ceil(due * 1000)):013d}.{100 - priority:03d}.{job_id}"
+
+
+def parse_ready_name(name: str) -> tuple[str, int] | None:
+    """Return (job id, priority) for a well-formed `ready/` name, else None."""
+    match = _READY_RE.match(name)
+    if not match or int(match[1]) > 100 - MIN_PRIORITY:
+        return None
+    return match[2], 100 - int(match[1])
+
+
+def parse_scheduled_name(name: str) -> tuple[str, int, float] | None:
+    """Return (job id, priority, due time) for a well-formed `scheduled/` name, else None."""
+    match = _SCHEDULED_RE.match(name)
+    if not match or int(match[2]) > 100 - MIN_PRIORITY:
+        return None
+    return match[3], 100 - int(match[2]), int(match[1]) / 1000
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Per-job options; None means "use the registered or queue default"."""
+
+    max_attempts: int | None = None
+    timeout: float | None = None
+    priority: int | None = None
+    delay: float | None = None
+    run_at: float | None = None
+    memory_limit: int | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.delay is not None and self.run_at is not None:
+            raise InvalidJob("give either delay or run_at, not both")
+        _check_positive_int("max_attempts", self.max_attempts)
+        _check_positive_int("memory_limit", self.memory_limit)
+        _check_positive_number("timeout", self.timeout)
+        _check_number("delay", self.delay)
+        _check_number("run_at", self.run_at)
+        if self.priority is not None:
+            check_priority(self.priority)
+        if self.metadata is not None and not isinstance(self.metadata, Mapping):
+            raise InvalidJob(f"metadata must be a mapping, got {type(self.metadata).__name__}")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run and how: the content of `job.json`, never changed after enqueue."""
+
+    id: str
+    function: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_attempts: int = 3
+    timeout: float | None = None
+    priority: int = 0
+    memory_limit: int | None = None
+    created: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        document = {
+            "format": SPEC_FORMAT,
+            "id": self.id,
+            "function": self.function,
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "priority": self.priority,
+            "memory_limit": self.memory_limit,
+            "created": self.created,
+            "metadata": dict(self.metadata),
+        }
+        return json.dumps(document, indent=1, allow_nan=False).encode() + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, job_id: str, defaults: Mapping[str, Any] | None = None) -> JobSpec:
+        """Decode and validate `job.json`; raise InvalidJob saying what is wrong.
+
+        Fields a submitter left out (a shell script, say) take the queue's `defaults`.
+        """
+        try:
+            document = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InvalidJob(f"job.json is not valid JSON ({exc}); rewrite it as docs/FORMAT.md shows") from None
+        if not isinstance(document, dict):
+            raise InvalidJob("job.json must hold a JSON object; see docs/FORMAT.md")
+        fields = _validated_fields(document, job_id)
+        for key in ("max_attempts", "timeout"):
+            if key not in fields and defaults and defaults.get(key) is not None:
+                fields[key] = defaults[key]
+        return cls(id=job_id, **fields)
+
+
+_SPEC_TYPES: dict[str, tuple[type, ...]] = {
+    "function": (str,),
+    "args": (list,),
+    "kwargs": (dict,),
+    "max_attempts": (int,),
+    "timeout": (int, float, type(None)),
+    "priority": (int,),
+    "memory_limit": (int, type(None)),
+    "created": (int, float),
+    "metadata": (dict,),
+}
+
+
+def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
+    version = document.get("format", SPEC_FORMAT)
+    if version != SPEC_FORMAT:
+        raise InvalidJob(f"job.json has format {version!r}; this forkvisor reads format {SPEC_FORMAT}")
+    if document.get("id", job_id) != job_id:
+        raise InvalidJob(f"job.json names id {document['id']!r} but sits in the folder of {job_id}")
+    if "function" not in document:
+        raise InvalidJob('job.json has no "function": name the registered function to run')
+    fields = {key: document[key] for key in _SPEC_TYPES if key in document}
+    for key, value in fields.items():
+        allowed = _SPEC_TYPES[key]
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            names = " or ".join("null" if t is type(None) else t.__name__ for t in allowed)
+            raise InvalidJob(f'job.json field "{key}" must be {names}, got {value!r:.60}')
+    JobOptions(
+        max_attempts=fields.get("max_attempts"),
+        timeout=fields.get("timeout"),
+        priority=fields.get("priority"),
+        memory_limit=fields.get("memory_limit"),
+    )
+    if not fields["function"]:
+        raise InvalidJob('job.json field "function" is empty: name the registered function to run')
+    fields["args"] = tuple(fields.get("args", ()))
+    return fields
+
+
+def _check_number(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidJob(f"{name} must be a finite number of seconds, got {value!r}")
+
+
+def _check_positive_number(name: str, value: object) -> None:
+    _check_number(name, value)
+    if value is not None and value <= 0:  # type: ignore[operator]  # checked numeric above
+        raise InvalidJob(f"{name} must be greater than 0, got {value!r}")
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJob(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job: its folder and, once harvested, its outcome."""
+
+    number: int
+    path: Path
+    outcome: Mapping[str, Any] | None
+
+    @property
+    def counted(self) -> bool:
+        """False for a run stopped by an operator's shutdown (it used no attempt)."""
+        return not (self.outcome or {}).get("released", False)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A read-only view of one job directory at the moment it was read."""
+
+    id: str
+    state: State
+    path: Path
+    spec: JobSpec
+    attempts: int
+    history: tuple[Attempt, ...]
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+    owner: str | None = None
+
+    @property
+    def function(self) -> str:
+        return self.spec.function

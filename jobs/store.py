@@ -1,0 +1,441 @@
+"""The queue: enqueue, claim, complete, fail, release, and operator actions.
+
+Each transition is one rename of the job directory (see `jobs/__init__`).
+Ownership is location: a job in `claimed/OWNER/` is held by OWNER, so a stale
+owner's complete or fail finds its source gone and raises ClaimLost instead
+of recording anything.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs import files, sweep, view
+from jobs.errors import ClaimLost, InvalidJob, JobsError, MoveCollision, WrongState
+from jobs.folder import CANCEL_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem, filesystem_now
+from jobs.index import ReadyIndex
+from jobs.job import (
+    Job,
+    JobOptions,
+    JobSpec,
+    State,
+    parse_ready_name,
+    parse_scheduled_name,
+    ready_name,
+    scheduled_name,
+)
+from jobs.lease import OWNER_FILE, Owner
+from jobs.submit import Call, Publisher, Submitter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job this owner holds, with the attempt it is about to run."""
+
+    job_id: str
+    owner: str
+    path: Path
+    spec: JobSpec
+    attempt: int
+    attempts: int
+
+    @property
+    def attempt_path(self) -> Path:
+        return self.path / f"attempt-{self.attempt}"
+
+
+class Queue:
+    """A job queue living in a folder."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = True, durable: bool = True, shared: bool = False
+    ) -> None:
+        self.folder = QueueFolder(path, create=create, durable=durable, shared=shared)
+        self._index = ReadyIndex(self.folder.state_dir(State.READY))
+        self._publisher = Publisher(self.folder, self.note_ready)
+
+    @property
+    def path(self) -> Path:
+        return self.folder.path
+
+    def __repr__(self) -> str:
+        return f"Queue({str(self.path)!r})"
+
+    # -- submitting ----------------------------------------------------------
+
+    def enqueue(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> str:
+        """Publish a job that calls `fn(*args, **kwargs)`; return its id."""
+        return self.submit(Call(fn, args, kwargs))
+
+    def with_options(self, **options: Any) -> Submitter:
+        """Per-job options that cannot collide with the function's own keywords:
+        `queue.with_options(priority=5, delay=60).enqueue(fn, x, y=1)`."""
+        return Submitter(self, JobOptions(**options))
+
+    def submit(self, call: Call, now: float | None = None) -> str:
+        """Publish one job; once this returns, the job is on disk (and durable when asked)."""
+        return self._publisher.submit(call, time.time() if now is None else now)
+
+    def enqueue_many(self, calls: Iterable[Call], now: float | None = None) -> builtins.list[str]:
+        """Publish a batch with one durability barrier; return the ids in order.
+
+        Every spec is checked before anything is written. Publishing is not atomic
+        as a whole: if it fails part way, the jobs already published stay published.
+        """
+        return self._publisher.submit_many(calls, time.time() if now is None else now)
+
+    # -- claiming and finishing -------------------------------------------------
+
+    def register_owner(self, owner: Owner) -> None:
+        """Create `claimed/OWNER/` with its owner file; its mtime is the heartbeat."""
+        staging = self.folder.tmp / f".owner.{owner.name}"
+        self.folder.make_dir(staging)
+        self.folder.write_new(staging / OWNER_FILE, owner.to_json())
+        self.folder.move(staging, self.folder.state_dir(State.CLAIMED) / owner.name)
+
+    def heartbeat(self, owner: str) -> None:
+        """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
+        try:
+            os.utime(self.folder.state_dir(State.CLAIMED) / owner / OWNER_FILE)
+        except FileNotFoundError:
+            raise ClaimLost(
+                f"owner {owner} of queue {self.path} was reaped: a sweeper judged its lease expired "
+                "and returned its jobs to the queue"
+            ) from None
+
+    def retire_owner(self, owner: str) -> None:
+        """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
+        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
+        try:
+            if any(view.stray_names(owner_dir)):
+                return
+        except FileNotFoundError:
+            return  # a sweeper reaped it already
+        (owner_dir / OWNER_FILE).unlink(missing_ok=True)
+        try:
+            owner_dir.rmdir()
+        except OSError as exc:
+            log.warning("cannot remove owner folder %s: %s", owner_dir, exc)
+
+    def return_unheld(self, owner: str, held: set[str], now: float | None = None) -> int:
+        """Return to the queue the jobs in `claimed/OWNER/` that the owner holds no run of:
+        an error struck between their claim and their fork. Return how many moved."""
+        now = time.time() if now is None else now
+        cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
+        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
+        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self.note_ready)
+
+    def note_ready(self, name: str) -> None:
+        """Tell the claim index about a new `ready/` entry (from inotify)."""
+        self._index.add(name)
+
+    def claim(self, owner: str, now: float | None = None) -> Claim | None:
+        """Claim the next ready job for `owner` and count its attempt; None if none is ready."""
+        now = time.time() if now is None else now
+        scans = self._index.scans
+        # At most one scan per call: entries that cannot be claimed must not keep it looping.
+        while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
+            claim = self._claim_entry(owner, name, now)
+            if claim is not None:
+                return claim
+        return None
+
+    def _claim_entry(self, owner: str, name: str, now: float) -> Claim | None:
+        ready = self.folder.state_dir(State.READY)
+        parsed = parse_ready_name(name)
+        problem = entry_problem(ready, name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
+        if problem:
+            self.folder.quarantine(ready, name, problem, now)
+            return None
+        assert parsed is not None
+        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
+        target = owner_dir / parsed[0]
+        try:
+            files.move(ready / name, target)  # no fsync: a claim lost to power failure is just ready again
+        except FileNotFoundError:
+            if not owner_dir.is_dir():
+                raise ClaimLost(
+                    f"cannot claim for owner {owner} in {self.path}: its folder claimed/{owner} is gone"
+                ) from None
+            return None  # another owner claimed it first
+        except MoveCollision:
+            self.folder.quarantine(ready, name, f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)", now)
+            return None
+        files.checkpoint("claim:moved")
+        try:
+            return self._begin_attempt(owner, target, parsed[0], now)
+        except FileNotFoundError:
+            return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
+
+    def _begin_attempt(self, owner: str, job_dir: Path, job_id: str, now: float) -> Claim | None:
+        try:
+            spec = self.folder.read_spec(job_dir, job_id)
+            used = self.folder.read_counter(job_dir)
+        except InvalidJob as exc:
+            self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
+            return None
+        if (job_dir / CANCEL_FILE).exists():  # cancelled while it ran: no further attempt
+            self._bury(job_dir, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
+            return None
+        if used >= spec.max_attempts:
+            message = f"all {spec.max_attempts} attempts were used (the last one's owner died before recording it)"
+            self._bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message}, now)
+            return None
+        self.folder.write_counter(job_dir, used + 1)  # counted before the fork
+        files.checkpoint("claim:counted")
+        attempt = self._new_attempt_dir(job_dir)
+        files.checkpoint("claim:attempt-created")
+        self.folder.log_event(
+            job_dir, f"claimed by {owner}: attempt {used + 1}/{spec.max_attempts} (run {attempt})", now
+        )
+        return Claim(job_id, owner, job_dir, spec, attempt, used + 1)
+
+    def _new_attempt_dir(self, job_dir: Path) -> int:
+        number = view.last_attempt(job_dir) + 1
+        while True:
+            try:
+                self.folder.make_dir(job_dir / f"attempt-{number}")
+                return number
+            except FileExistsError:
+                number += 1
+
+    def record_outcome(self, claim: Claim, outcome: Mapping[str, Any]) -> None:
+        """Write how the attempt ended into its folder (exit status, rusage, error...)."""
+        try:
+            self.folder.write_json(claim.attempt_path / OUTCOME_FILE, dict(outcome))
+        except FileNotFoundError:
+            raise self._lost(claim, "record the outcome of") from None
+
+    def complete(self, claim: Claim, now: float | None = None) -> None:
+        """Move a claimed job to `done/`, with its attempt's result as `result.json`."""
+        now = time.time() if now is None else now
+        self._link_result(claim)
+        files.checkpoint("complete:result-linked")
+        target = self.folder.state_dir(State.DONE) / claim.job_id
+        self._move_claimed(claim, target, "complete")
+        self.folder.log_event(target, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
+
+    def _link_result(self, claim: Claim) -> None:
+        """Make `result.json` the completing run's result, or remove one a lost run left."""
+        source = claim.attempt_path / RESULT_FILE
+        staging = claim.path / f".{RESULT_FILE}.link"
+        try:
+            staging.unlink(missing_ok=True)
+            if not source.exists():
+                (claim.path / RESULT_FILE).unlink(missing_ok=True)
+                return
+            os.link(source, staging)
+            os.replace(staging, claim.path / RESULT_FILE)
+        except FileNotFoundError:
+            raise self._lost(claim, "complete") from None
+
+    def fail(
+        self,
+        claim: Claim,
+        error: Mapping[str, Any],
+        now: float | None = None,
+        *,
+        delay: float = 0.0,
+        permanent: bool = False,
+    ) -> State:
+        """Record a failed attempt: schedule a retry after `delay`, or bury the job in
+        `dead/` once its attempts are used up or at once when `permanent`."""
+        now = time.time() if now is None else now
+        if self._cancelled(claim, now):
+            return State.DEAD
+        if permanent or claim.attempts >= claim.spec.max_attempts:
+            reason = "cannot be completed" if permanent else "attempts exhausted"
+            cause = {"reason": reason, "attempt": claim.attempts, "run": claim.attempt, **error}
+            self._bury(claim.path, claim.job_id, cause, now, claim=claim)
+            return State.DEAD
+        due = now + max(0.0, delay)
+        target = self._waiting_place(claim.spec, due, now)
+        self._move_claimed(claim, target, "fail")
+        if target.parent.name == State.READY.value:
+            self._index.add(target.name)
+        what = "ready" if target.parent.name == State.READY.value else f"retry in {delay:.1f}s"
+        self.folder.log_event(target, f"failed: attempt {claim.attempts}/{claim.spec.max_attempts}, {what}", now)
+        return State(target.parent.name)
+
+    def release(self, claim: Claim, now: float | None = None, reason: str = "released") -> None:
+        """Put a claimed job back in `ready/` without using an attempt (operator shutdown);
+        a job an operator cancelled goes to `dead/` instead."""
+        now = time.time() if now is None else now
+        if self._cancelled(claim, now):
+            return
+        try:
+            self.folder.write_counter(claim.path, max(0, claim.attempts - 1))
+        except FileNotFoundError:
+            raise self._lost(claim, "release") from None
+        files.checkpoint("release:uncounted")
+        target = self.folder.state_dir(State.READY) / ready_name(claim.job_id, claim.spec.priority)
+        self._move_claimed(claim, target, "release")
+        self._index.add(target.name)
+        self.folder.log_event(target, f"{reason}: run {claim.attempt} stopped, attempt not counted", now)
+
+    def _cancelled(self, claim: Claim, now: float) -> bool:
+        """Bury a claimed job that an operator cancelled; a cancelled job never runs again."""
+        if not (claim.path / CANCEL_FILE).exists():
+            return False
+        self._bury(claim.path, claim.job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now, claim)
+        return True
+
+    def _waiting_place(self, spec: JobSpec, due: float, now: float) -> Path:
+        if due <= now:
+            return self.folder.state_dir(State.READY) / ready_name(spec.id, spec.priority)
+        return self.folder.state_dir(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
+
+    def _move_claimed(self, claim: Claim, target: Path, verb: str) -> None:
+        try:
+            self.folder.move(claim.path, target)
+        except FileNotFoundError:
+            raise self._lost(claim, verb) from None
+        except MoveCollision:
+            raise self._quarantine_copy(claim.path, target.parent.name, verb, time.time()) from None
+
+    def _quarantine_copy(self, job_dir: Path, where: str, verb: str, now: float) -> ClaimLost:
+        """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
+        why = f"cannot {verb} job {job_dir.name}: {where}/ already holds a job with this id (a copy?)"
+        self.folder.quarantine(job_dir.parent, job_dir.name, why, now)
+        return ClaimLost(f"{why}; this copy was moved to quarantine/")
+
+    def _lost(self, claim: Claim, verb: str) -> ClaimLost:
+        return ClaimLost(
+            f"cannot {verb} job {claim.job_id} in {self.path}: it is no longer in claimed/{claim.owner}/; "
+            f"a sweeper took it back after owner {claim.owner} stopped heartbeating"
+        )
+
+    def _bury(
+        self, job_dir: Path, job_id: str, cause: Mapping[str, Any], now: float, claim: Claim | None = None
+    ) -> None:
+        try:
+            self.folder.bury(job_dir, job_id, dict(cause), now)
+        except FileNotFoundError:
+            if claim is None:
+                raise
+            raise self._lost(claim, "fail") from None
+        except MoveCollision:
+            lost = self._quarantine_copy(job_dir, State.DEAD.value, "bury", now)
+            if claim is not None:
+                raise lost from None
+
+    # -- reading -----------------------------------------------------------------
+
+    def job(self, job_id: str) -> Job:
+        """The current view of one job; raise JobNotFound or InvalidJobId."""
+        while True:  # a job that moves while we read it is looked for again (it always ends somewhere)
+            state, path = view.locate(self.folder, job_id)
+            job = view.read_moving(self.folder, state, path)
+            if job is not None:
+                return job
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs per state name: ready, scheduled, claimed, done, dead."""
+        return view.count(self.folder)
+
+    def list(
+        self, state: State | str | None = None, function: str | None = None, limit: int | None = None
+    ) -> builtins.list[Job]:
+        """Jobs in one state (or all), optionally of one function, in name order."""
+        states = [State(state)] if state is not None else list(State)
+        found: builtins.list[Job] = []
+        for current in states:
+            for path, _ in sorted(view.entries(self.folder, current)):
+                if limit is not None and len(found) >= limit:
+                    return found
+                job = view.read_moving(self.folder, current, path)
+                if job is not None and (function is None or job.function == function):
+                    found.append(job)
+        return found
+
+    def scheduled_after(self, when: float) -> int:
+        """How many scheduled jobs are due after `when` (epoch seconds)."""
+        names = os.listdir(self.folder.state_dir(State.SCHEDULED))
+        return sum(1 for parsed in map(parse_scheduled_name, names) if parsed and parsed[2] > when)
+
+    # -- operator actions ------------------------------------------------------
+
+    def cancel(self, job_id: str, now: float | None = None) -> State:
+        """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is
+        marked, and its manager stops it. Return the job's state after the call."""
+        now = time.time() if now is None else now
+        state, path = view.locate(self.folder, job_id)
+        if state.terminal:
+            raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
+        if state is State.CLAIMED:
+            self.folder.append_line(path / CANCEL_FILE, f"cancelled at {now}")
+            self.folder.log_event(path, "cancel requested", now)
+            return State.CLAIMED
+        try:
+            self.folder.bury(path, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
+        except FileNotFoundError:
+            return self.cancel(job_id, now)  # it moved meanwhile (claimed or promoted): look again
+        return State.DEAD
+
+    def retry(self, job_id: str, now: float | None = None) -> None:
+        """Send a dead job back to `ready/` with a fresh set of attempts."""
+        now = time.time() if now is None else now
+        state, path = view.locate(self.folder, job_id)
+        if state is not State.DEAD:
+            raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
+        spec = self.folder.read_spec(path, job_id)
+        self.folder.write_counter(path, 0)
+        (path / CANCEL_FILE).unlink(missing_ok=True)
+        target = self.folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
+        self.folder.move(path, target)
+        self._index.add(target.name)
+        self.folder.log_event(target, "ready: retried by an operator, attempts reset", now)
+
+    # -- sweeping (called by the lease-sweeper) --------------------------------------
+
+    def sweep(self, now: float, is_alive: Callable[[Owner], bool | None], tmp_age: float = 3600.0) -> dict[str, int]:
+        """One sweep: revert dead or expired owners' claims, promote due scheduled jobs,
+        quarantine abandoned submissions. `now` is the file system's clock."""
+        return {
+            "reverted": sweep.reap_owners(self.folder, now, is_alive, self._index.add),
+            "promoted": len(sweep.promote_due(self.folder, now, self._index.add)),
+            "abandoned": sweep.clear_tmp(self.folder, now, tmp_age),
+        }
+
+    def promote_due(self, now: float | None = None) -> builtins.list[str]:
+        """Move every due `scheduled/` job to `ready/` now; return their ids."""
+        now = time.time() if now is None else now
+        return sweep.promote_due(self.folder, now, self._index.add)
+
+    def promote(self, job_id: str, priority: int, due: float, now: float | None = None) -> bool:
+        """Promote one scheduled job by the name its `fail` gave it, without listing
+        `scheduled/` (a manager's own retries); False if it was no longer there."""
+        now = time.time() if now is None else now
+        return sweep.promote_one(self.folder, scheduled_name(job_id, priority, due), now, self._index.add)
+
+    def note_lost(self, claim: Claim, how: str = "stopped", now: float | None = None) -> None:
+        """Log in the job's events that this run's claim was lost (wherever the job is now)."""
+        now = time.time() if now is None else now
+        try:
+            _, path = view.locate(self.folder, claim.job_id)
+        except JobsError:
+            return
+        self.folder.log_event(path, f"run {claim.attempt} by {claim.owner} {how} after its claim was lost", now)
+
+    def purge(
+        self, state: State | str, older_than: float, now: float | None = None, dry_run: bool = False
+    ) -> builtins.list[str]:
+        """Delete terminal jobs whose last transition is older than `older_than` seconds."""
+        now = time.time() if now is None else now
+        return sweep.purge(self.folder, State(state), older_than, now, dry_run)
+
+    def filesystem_now(self) -> float:
+        """The file system's clock, for judging leases (see `jobs.lease`)."""
+        return filesystem_now(self.path, self.folder.file_mode)
+
+
+__all__ = ["Call", "Claim", "Queue", "Submitter"]

@@ -1,0 +1,188 @@
+"""Submitting jobs: check the call, write the job under `tmp/`, publish it with
+one rename into `ready/` or `scheduled/`.
+
+Until that rename, no manager can see the job, so a half-written job never
+runs; a submitter that dies before it leaves an entry in `tmp/`, which a sweep
+quarantines. Specs are checked and encoded once, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs import files
+from jobs.errors import ArgumentNotSerializable, InvalidJob, QueueError
+from jobs.folder import SPEC_FILE, QueueFolder
+from jobs.job import LATEST_DUE, JobOptions, JobSpec, State, new_job_id, ready_name, scheduled_name
+from jobs.registry import default_name, registration_of
+
+if TYPE_CHECKING:
+    from jobs.store import Queue
+
+
+@dataclass(frozen=True)
+class Call:
+    """One job of a batch for `enqueue_many`."""
+
+    fn: Callable[..., Any] | str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: JobOptions | None = None
+
+
+@dataclass(frozen=True)
+class _Submission:
+    """A checked job on its way to disk: the spec, its encoded bytes, its due time."""
+
+    spec: JobSpec
+    data: bytes
+    due: float | None
+
+
+class Publisher:
+    """Writes and publishes jobs into one queue folder."""
+
+    def __init__(self, folder: QueueFolder, on_ready: Callable[[str], None]) -> None:
+        self._folder = folder
+        self._on_ready = on_ready
+
+    def submit(self, call: Call, now: float) -> str:
+        """Publish one job; once this returns, the job is on disk (and durable when asked)."""
+        job = self._build(call, now)
+        staging = self._stage(job, now, sync=self._folder.durable)
+        self._publish(staging, job, sync=self._folder.durable)
+        return job.spec.id
+
+    def submit_many(self, calls: Iterable[Call], now: float) -> list[str]:
+        """Publish a batch with one durability barrier; return the ids in order.
+
+        Every spec is checked before anything is written. Publishing is not atomic
+        as a whole: if it fails part way, the jobs already published stay published.
+        """
+        built = [self._build(call, now) for call in calls]
+        staged: list[Path] = []
+        try:
+            for job in built:
+                staged.append(self._stage(job, now, sync=False))
+        except BaseException:
+            for path in staged:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+        if self._folder.durable:
+            files.sync_filesystem(self._folder.path)
+        for path, job in zip(staged, built, strict=True):
+            self._publish(path, job, sync=False)
+        if self._folder.durable:
+            for folder in (State.READY, State.SCHEDULED):
+                files.fsync_dir(self._folder.state_dir(folder))
+        return [job.spec.id for job in built]
+
+    def _build(self, call: Call, now: float) -> _Submission:
+        options = call.options or JobOptions()
+        name, registered = _function_name(call.fn)
+        defaults = self._folder.defaults
+        spec = JobSpec(
+            id=new_job_id(now),
+            function=name,
+            args=tuple(call.args),
+            kwargs=dict(call.kwargs),
+            max_attempts=_first(options.max_attempts, registered.get("max_attempts"), defaults["max_attempts"]),
+            timeout=_first(options.timeout, registered.get("timeout"), defaults["timeout"]),
+            priority=options.priority or 0,
+            memory_limit=_first(options.memory_limit, registered.get("memory_limit"), None),
+            created=now,
+            metadata=dict(options.metadata or {}),
+        )
+        due = options.run_at if options.run_at is not None else (now + options.delay if options.delay else None)
+        if due is not None and due > LATEST_DUE:
+            raise InvalidJob(f"run at {due:.0f} is past the year 2286: give run_at in epoch seconds, not milliseconds")
+        return _Submission(spec, _encode(spec), due if due is not None and due > now else None)
+
+    def _stage(self, job: _Submission, now: float, *, sync: bool) -> Path:
+        """Write the job directory under `tmp/`, invisible to managers."""
+        staging = self._folder.tmp / job.spec.id
+        try:
+            self._folder.make_dir(staging)
+            files.write_new(staging / SPEC_FILE, job.data, durable=sync, mode=self._folder.file_mode)
+            self._folder.log_event(staging, "enqueued", now)
+            if sync:
+                files.fsync_dir(staging)
+        except OSError as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise QueueError(
+                f"cannot enqueue into {self._folder.path}: writing {staging.name} failed: {exc.strerror or exc}"
+            ) from exc
+        files.checkpoint("enqueue:staged")
+        return staging
+
+    def _publish(self, staging: Path, job: _Submission, *, sync: bool) -> None:
+        spec, due = job.spec, job.due
+        if due is None:
+            target = self._folder.state_dir(State.READY) / ready_name(spec.id, spec.priority)
+        else:
+            target = self._folder.state_dir(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
+        files.move(staging, target)
+        if sync:
+            files.fsync_dir(target.parent)
+        if due is None:
+            self._on_ready(target.name)
+
+
+class Submitter:
+    """`queue.with_options(...)`: enqueue with per-job options."""
+
+    def __init__(self, queue: Queue, options: JobOptions) -> None:
+        self._queue = queue
+        self._options = options
+
+    def enqueue(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> str:
+        return self._queue.submit(Call(fn, args, kwargs, self._options))
+
+    def enqueue_many(self, calls: Iterable[Call]) -> list[str]:
+        return self._queue.enqueue_many(Call(c.fn, c.args, c.kwargs, c.options or self._options) for c in calls)
+
+
+def _function_name(fn: Callable[..., Any] | str) -> tuple[str, dict[str, Any]]:
+    """The registered name of `fn` and its registered defaults."""
+    if isinstance(fn, str):
+        if not fn.strip():
+            raise InvalidJob("the function name is empty: name a registered function")
+        return fn, {}
+    registered = registration_of(fn)
+    if registered is None:
+        raise InvalidJob(
+            f"{default_name(fn)} is not registered: decorate it with @registry.job, or enqueue its registered name"
+        )
+    return registered.name, {
+        "max_attempts": registered.max_attempts,
+        "timeout": registered.timeout,
+        "memory_limit": registered.memory_limit,
+    }
+
+
+def _encode(spec: JobSpec) -> bytes:
+    """`job.json`'s bytes; on failure, name the first argument JSON cannot encode."""
+    try:
+        return spec.to_json()
+    except (TypeError, ValueError):
+        pass
+    named = [(f"argument {i}", value) for i, value in enumerate(spec.args)]
+    named += [(f"keyword argument {key!r}", value) for key, value in spec.kwargs.items()]
+    named.append(("metadata", spec.metadata))
+    for label, value in named:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentNotSerializable(
+                f"cannot enqueue: {label} is not JSON-encodable ({exc}); pass plain data"
+            ) from None
+    raise ArgumentNotSerializable("cannot enqueue: a keyword argument name is not a string")
+
+
+def _first(*values: Any) -> Any:
+    return next((value for value in values if value is not None), None)

@@ -1,0 +1,251 @@
+"""What the lease-sweeper does to a queue, as plain functions of `now`.
+
+- `reap_owners`: an owner that is dead (by the caller's liveness predicate) or
+  whose lease expired is fenced with one rename, `claimed/OWNER` to
+  `claimed/reaping.OWNER`, so its later claims and completions fail; then each
+  of its jobs goes back to `ready/`, or to `dead/` when the lost attempt was
+  its last. A sweep interrupted half way finishes the `reaping.` folder next time.
+- `promote_due`: `scheduled/` entries whose time has come move to `ready/`.
+- `clear_tmp`: submissions abandoned in `tmp/` are quarantined (never deleted).
+- `purge`: terminal jobs past an age are deleted, one line each in `purged.log`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from jobs import files, view
+from jobs.errors import InvalidJob, MoveCollision, WrongState
+from jobs.folder import CANCEL_FILE, EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem
+from jobs.job import State, is_job_id, parse_scheduled_name, ready_name
+from jobs.lease import DEFAULT_LEASE, OWNER_FILE, REAPING_PREFIX, Liveness, Owner, is_expired, is_owner_name
+
+log = logging.getLogger(__name__)
+PURGE_PREFIX = ".purge."
+PURGED_LOG = "purged.log"
+
+
+def reap_owners(folder: QueueFolder, now: float, is_alive: Liveness, on_ready: Callable[[str], None]) -> int:
+    """Return claims of dead or expired owners to the queue; return how many jobs moved."""
+    claimed = folder.state_dir(State.CLAIMED)
+    reverted = 0
+    for name in os.listdir(claimed):
+        owner_dir = claimed / name
+        problem = entry_problem(claimed, name)
+        if problem:
+            folder.quarantine(claimed, name, f"{problem} (claimed/ holds owner folders only)", now)
+            continue
+        if name.startswith(REAPING_PREFIX):
+            unfinished = f"owner {name[len(REAPING_PREFIX) :]} was being reaped"
+            reverted += _revert_all(folder, owner_dir, unfinished, now, on_ready)
+            continue
+        if not is_owner_name(name):
+            folder.quarantine(claimed, name, "not an owner folder (HOST.PID.XXXXXX)", now)
+            continue
+        cause = _why_gone(owner_dir, now, is_alive)
+        if cause is None:
+            continue
+        fenced = claimed / f"{REAPING_PREFIX}{name}"
+        try:
+            files.move(owner_dir, fenced)
+        except (FileNotFoundError, MoveCollision):
+            continue  # another sweeper is reaping it
+        files.checkpoint("reap:fenced")
+        log.warning("reaping %s: %s", name, cause)
+        reverted += _revert_all(folder, fenced, cause, now, on_ready)
+    return reverted
+
+
+def _why_gone(owner_dir: Path, now: float, is_alive: Liveness) -> str | None:
+    """Why the owner no longer holds its claims, or None if it still does."""
+    try:
+        heartbeat = os.lstat(owner_dir / OWNER_FILE).st_mtime
+        owner = Owner.from_json(files.read_limited(owner_dir / OWNER_FILE, 1 << 16))
+    except (OSError, InvalidJob):
+        try:
+            registered = os.stat(owner_dir).st_mtime
+        except FileNotFoundError:
+            return None  # retired or fenced by another sweeper meanwhile
+        if now > registered + DEFAULT_LEASE:
+            return f"owner folder {owner_dir.name} has no readable owner file"
+        return None  # may be a registration in progress
+    alive = is_alive(owner)
+    if alive is False:
+        return f"owner {owner.name} (pid {owner.pid} on {owner.host}) is dead"
+    if is_expired(owner, heartbeat, now):
+        return f"owner {owner.name} stopped heartbeating {now - heartbeat:.0f}s ago (lease {owner.lease:g}s)"
+    return None
+
+
+def return_unheld(
+    folder: QueueFolder, owner_dir: Path, held: set[str], cause: str, now: float, on_ready: Callable[[str], None]
+) -> int:
+    """Return the jobs in a live owner's folder that it does not hold (claimed, never started)."""
+    return _revert_jobs(folder, owner_dir, cause, now, on_ready, keep=held | {OWNER_FILE})
+
+
+def _revert_all(folder: QueueFolder, fenced: Path, cause: str, now: float, on_ready: Callable[[str], None]) -> int:
+    reverted = _revert_jobs(folder, fenced, cause, now, on_ready, keep={OWNER_FILE})
+    (fenced / OWNER_FILE).unlink(missing_ok=True)
+    try:
+        fenced.rmdir()
+    except FileNotFoundError:
+        pass  # another sweeper finished this reap
+    except OSError as exc:
+        log.warning("cannot remove %s yet: %s", fenced, exc)
+    return reverted
+
+
+def _revert_jobs(
+    folder: QueueFolder, parent: Path, cause: str, now: float, on_ready: Callable[[str], None], keep: set[str]
+) -> int:
+    reverted = 0
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return 0  # another sweeper finished this reap
+    for name in names:
+        if name in keep:
+            continue
+        problem = None if is_job_id(name) else "not a job id"
+        problem = problem or entry_problem(parent, name)
+        if problem:
+            folder.quarantine(parent, name, problem, now)
+            continue
+        try:
+            _revert_job(folder, parent / name, name, cause, now, on_ready)
+            reverted += 1
+        except FileNotFoundError:
+            continue  # another sweeper moved it first
+        except MoveCollision:
+            why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
+            folder.quarantine(parent, name, why, now)
+    return reverted
+
+
+def _revert_job(
+    folder: QueueFolder, job_dir: Path, job_id: str, cause: str, now: float, on_ready: Callable[[str], None]
+) -> None:
+    try:
+        spec = folder.read_spec(job_dir, job_id)
+        used = folder.read_counter(job_dir)
+    except InvalidJob as exc:
+        folder.bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
+        return
+    _mark_lost_attempt(folder, job_dir, cause)
+    (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a lost completion's result never stands
+    if (job_dir / CANCEL_FILE).exists():
+        folder.bury(job_dir, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
+    elif used >= spec.max_attempts:
+        message = f"attempt {used}/{spec.max_attempts} was lost: {cause}"
+        folder.bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
+    else:
+        target = folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
+        folder.move(job_dir, target)
+        on_ready(target.name)
+        folder.log_event(target, f"ready: claim reverted, {cause}", now)
+
+
+def _mark_lost_attempt(folder: QueueFolder, job_dir: Path, cause: str) -> None:
+    """Give the attempt that was running an outcome saying it was lost, and why."""
+    number = view.last_attempt(job_dir)  # a real directory, never a planted link
+    outcome = job_dir / f"attempt-{number}" / OUTCOME_FILE
+    if number >= 1 and not os.path.lexists(outcome):
+        folder.write_json(outcome, {"lost": True, "error": f"the attempt was lost: {cause}"})
+
+
+def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]) -> list[str]:
+    """Move every due `scheduled/` job to `ready/`; return their ids."""
+    scheduled = folder.state_dir(State.SCHEDULED)
+    promoted = []
+    with os.scandir(scheduled) as entries:
+        names = sorted(entry.name for entry in entries)
+    for name in names:
+        parsed = parse_scheduled_name(name)
+        if parsed is not None and parsed[2] > now:
+            continue  # not yet (checked when due); keep going so that every malformed name is seen
+        if parsed is None:
+            folder.quarantine(scheduled, name, "its name is not DUE.RRR.ID (see docs/FORMAT.md)", now)
+        elif promote_one(folder, name, now, on_ready):
+            promoted.append(parsed[0])
+    return promoted
+
+
+def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[str], None]) -> bool:
+    """Move the due `scheduled/` entry `name` to `ready/`; False if it is gone or not a job."""
+    scheduled = folder.state_dir(State.SCHEDULED)
+    parsed = parse_scheduled_name(name)
+    problem = entry_problem(scheduled, name)
+    if parsed is None or problem:
+        if problem:
+            folder.quarantine(scheduled, name, problem, now)
+        return False
+    job_id, priority, _ = parsed
+    target = folder.state_dir(State.READY) / ready_name(job_id, priority)
+    try:
+        folder.move(scheduled / name, target)
+    except FileNotFoundError:
+        return False  # promoted by someone else, or never there
+    except MoveCollision:
+        folder.quarantine(scheduled, name, f"job {job_id} is already ready (duplicate id)", now)
+        return False
+    on_ready(target.name)
+    return True
+
+
+def clear_tmp(folder: QueueFolder, now: float, max_age: float) -> int:
+    """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges."""
+    cleared = 0
+    for name in os.listdir(folder.tmp):
+        if _age(folder.tmp / name, now) <= max_age:
+            continue
+        if name.startswith(PURGE_PREFIX):  # a purge died after its rename (it is recorded): finish it
+            shutil.rmtree(folder.tmp / name, ignore_errors=True)
+        else:
+            folder.quarantine(folder.tmp, name, f"abandoned in tmp/ for over {max_age:g}s (its submitter died)", now)
+        cleared += 1
+    return cleared
+
+
+def _record_purge(folder: QueueFolder, job_id: str, state: str, now: float) -> None:
+    stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
+    folder.append_line(folder.path / PURGED_LOG, f"{stamp} purged {state} {job_id}")
+
+
+def _age(path: Path, now: float) -> float:
+    try:
+        return now - os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0  # published or removed while we looked
+
+
+def purge(folder: QueueFolder, state: State, older_than: float, now: float, dry_run: bool) -> list[str]:
+    """Delete `state`'s jobs whose last transition is over `older_than` seconds old."""
+    if not state.terminal:
+        raise WrongState(f"cannot purge {state.value} jobs: only done and dead jobs can be purged")
+    victims = [(path, job_id) for path, job_id in view.entries(folder, state) if now - _last_change(path) >= older_than]
+    if dry_run:
+        return sorted(job_id for _, job_id in victims)
+    purged = []
+    for path, job_id in victims:
+        doomed = folder.tmp / f"{PURGE_PREFIX}{job_id}"
+        _record_purge(folder, job_id, state.value, now)  # first: a job never vanishes unrecorded
+        try:
+            folder.move(path, doomed)
+        except FileNotFoundError:
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        purged.append(job_id)
+    return sorted(purged)
+
+
+def _last_change(job_dir: Path) -> float:
+    try:
+        return os.stat(job_dir / EVENTS_FILE).st_mtime
+    except FileNotFoundError:
+        return os.stat(job_dir).st_mtime

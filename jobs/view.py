@@ -1,0 +1,204 @@
+"""Reading a queue without changing it: find a job, build its view, count states.
+
+Readers never crash on a bad entry and never follow a symlink: they skip what
+is not a job directory (claimers and the sweeper quarantine it).
+Counting uses the link count of a state folder (2 + its subdirectories on
+ext4 and most local file systems) so it costs one stat with a million jobs;
+where the file system does not keep that count it falls back to a scan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jobs import files
+from jobs.errors import InvalidJob, JobNotFound
+from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
+from jobs.job import (
+    Attempt,
+    Job,
+    JobSpec,
+    State,
+    check_job_id,
+    is_job_id,
+    parse_ready_name,
+    parse_scheduled_name,
+    ready_name,
+)
+from jobs.lease import OWNER_FILE
+
+_ATTEMPT_RE = re.compile(r"^attempt-([1-9][0-9]*)$")
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+
+
+def job_id_of(state: State, name: str) -> str | None:
+    """The job id an entry name of `state`'s folder stands for, or None if malformed."""
+    if state is State.READY:
+        parsed = parse_ready_name(name)
+        return parsed[0] if parsed else None
+    if state is State.SCHEDULED:
+        scheduled = parse_scheduled_name(name)
+        return scheduled[0] if scheduled else None
+    return name if is_job_id(name) else None
+
+
+def owner_dirs(folder: QueueFolder) -> Iterator[Path]:
+    """Every folder under `claimed/` (owners, and owners being reaped)."""
+    with os.scandir(folder.state_dir(State.CLAIMED)) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                yield Path(entry.path)
+
+
+def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Path, str]]:
+    """(path, job id) of every well-formed job directory in one state."""
+    parents = list(owner_dirs(folder)) if state is State.CLAIMED else [folder.state_dir(state)]
+    for parent in parents:
+        try:
+            with os.scandir(parent) as found:
+                named = [(entry, job_id_of(state, entry.name)) for entry in found]
+        except FileNotFoundError:
+            continue  # an owner folder fenced or retired while we looked
+        for entry, job_id in named:
+            if job_id and entry.is_dir(follow_symlinks=False):
+                yield Path(entry.path), job_id
+
+
+LOCATE_PASSES = 3
+
+
+def locate(folder: QueueFolder, job_id: str) -> tuple[State, Path]:
+    """Find which state folder holds `job_id`; raise JobNotFound if none does.
+
+    The folders are looked at one after another, so a job moving into one already
+    looked at is missed by that pass; only several passes that all miss it say
+    "not found" (a job in motion is always somewhere).
+    """
+    check_job_id(job_id)
+    for _ in range(LOCATE_PASSES):
+        found = _look_once(folder, job_id)
+        if found is not None:
+            return found
+    raise JobNotFound(f"no job {job_id} in queue {folder.path}: not in ready, scheduled, claimed, done or dead")
+
+
+def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Path] | None:
+    for state in (State.DONE, State.DEAD):
+        path = folder.state_dir(state) / job_id
+        if path.is_dir() and not path.is_symlink():
+            return state, path
+    guess = folder.state_dir(State.READY) / ready_name(job_id, 0)
+    if guess.is_dir() and not guess.is_symlink():
+        return State.READY, guess
+    for owner_dir in owner_dirs(folder):
+        path = owner_dir / job_id
+        if path.is_dir() and not path.is_symlink():
+            return State.CLAIMED, path
+    for state in (State.READY, State.SCHEDULED):
+        for path, found in entries(folder, state):
+            if found == job_id:
+                return state, path
+    return None
+
+
+def read_job(folder: QueueFolder, state: State, path: Path) -> Job:
+    """The view of the job directory at `path`, which is in `state`."""
+    job_id = job_id_of(state, path.name)
+    if job_id is None:
+        raise JobNotFound(f"{path} is not a job directory")
+    try:
+        spec = folder.read_spec(path, job_id)
+    except InvalidJob:
+        spec = JobSpec(id=job_id, function="?")
+    history = _attempts(path)
+    return Job(
+        id=job_id,
+        state=state,
+        path=path,
+        spec=spec,
+        attempts=_counter_or_zero(folder, path),
+        history=history,
+        result=_read_json(path / RESULT_FILE, MAX_RESULT_BYTES) if state is State.DONE else None,
+        error=_read_json(path / ERROR_FILE, 1 << 20) if state is State.DEAD else None,
+        owner=path.parent.name if state is State.CLAIMED else None,
+    )
+
+
+def read_moving(folder: QueueFolder, state: State, path: Path) -> Job | None:
+    """`read_job`, or None when the job moved while it was read (its view would be torn)."""
+    try:
+        job = read_job(folder, state, path)
+    except FileNotFoundError:
+        return None
+    return job if path.is_dir() else None
+
+
+def _counter_or_zero(folder: QueueFolder, job_dir: Path) -> int:
+    try:
+        return folder.read_counter(job_dir)
+    except InvalidJob:
+        return 0  # a reader shows the job; the next claim or sweep buries it with the cause
+
+
+def _attempts(job_dir: Path) -> tuple[Attempt, ...]:
+    found = []
+    with os.scandir(job_dir) as entries_:
+        for entry in entries_:
+            match = _ATTEMPT_RE.match(entry.name)
+            if match and entry.is_dir(follow_symlinks=False):
+                outcome = _read_json(Path(entry.path) / OUTCOME_FILE, 1 << 20)
+                found.append(Attempt(int(match[1]), Path(entry.path), outcome))
+    return tuple(sorted(found, key=lambda attempt: attempt.number))
+
+
+def last_attempt(job_dir: Path) -> int:
+    """The number of the newest `attempt-N` folder (0 if none); links and files do not count."""
+    with os.scandir(job_dir) as found:
+        numbers = [
+            int(match[1])
+            for entry in found
+            if (match := _ATTEMPT_RE.match(entry.name)) and entry.is_dir(follow_symlinks=False)
+        ]
+    return max(numbers, default=0)
+
+
+def _read_json(path: Path, limit: int) -> Any:
+    try:
+        return json.loads(files.read_limited(path, limit))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"unreadable": f"{path.name}: {exc}"}
+
+
+def count(folder: QueueFolder) -> dict[str, int]:
+    """Number of jobs in each state, by state name."""
+    counts = {state.value: _count_subdirs(folder.state_dir(state)) for state in State if state is not State.CLAIMED}
+    counts[State.CLAIMED.value] = sum(_count_subdirs(owner) for owner in owner_dirs(folder))
+    return {state.value: counts[state.value] for state in State}
+
+
+def _count_subdirs(path: Path) -> int:
+    try:
+        links = os.stat(path).st_nlink
+    except FileNotFoundError:
+        return 0  # an owner folder fenced or retired while we counted (counts are a snapshot)
+    if links >= 2:  # ext4 and most local file systems: 2 + number of subfolders
+        return links - 2
+    try:
+        with os.scandir(path) as found:  # btrfs and overflowed ext4 report 1
+            return sum(1 for entry in found if entry.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return 0
+
+
+def stray_names(owner_dir: Path) -> Iterator[str]:
+    """Names in an owner folder other than its owner file (jobs and strays)."""
+    for name in os.listdir(owner_dir):
+        if name != OWNER_FILE and not name.startswith("."):
+            yield name

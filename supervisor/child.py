@@ -1,0 +1,94 @@
+"""The life of a job's child process, after the fork and before `os._exit`.
+
+The child sets its title, sends its stdout and stderr to the attempt folder,
+runs the registered callable, and writes the return value as JSON. Its exit
+status is the protocol (see `forking`): 0 success, 100 cannot be completed,
+anything else a failed attempt. An exception is recorded in the attempt's
+`error.json` with its traceback, for the manager to put into the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import traceback
+from pathlib import Path
+
+from setproctitle import setproctitle
+
+from jobs import CannotComplete, Claim, Registered
+from jobs.files import write_new
+from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK
+
+CHILD_ERROR_FILE = "error.json"
+
+
+def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600) -> int:
+    """Run one attempt of a job; return the exit status for `os._exit`."""
+    spec = claim.spec
+    setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
+    random.seed()  # never share the manager's random stream
+    _redirect_output(claim.attempt_path, file_mode)
+    try:
+        value = registered.fn(*spec.args, **spec.kwargs)
+    except CannotComplete as exc:
+        return _failed(claim.attempt_path, exc, EXIT_CANNOT_COMPLETE)
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            return EXIT_OK
+        code = exc.code if isinstance(exc.code, int) and 1 <= exc.code <= 255 else EXIT_FAILED
+        return _failed(claim.attempt_path, exc, code)  # an exit status is 8 bits: 256 would read as success
+    except BaseException as exc:
+        return _failed(claim.attempt_path, exc, EXIT_FAILED)
+    finally:
+        _flush()
+    return _write_result(claim.attempt_path, value, durable, file_mode)
+
+
+def _redirect_output(attempt: Path, file_mode: int) -> None:
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        target = os.open(attempt / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, file_mode)
+        os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
+        os.dup2(target, fd)
+        os.close(target)
+    # The host program may have replaced sys.stdout/err (pytest, Jupyter, a log file):
+    # point them at the redirected descriptors so print() and tracebacks land here.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115  # lives until os._exit
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115  # lives until os._exit
+
+
+def _write_result(attempt: Path, value: object, durable: bool, file_mode: int) -> int:
+    try:
+        data = json.dumps(value, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        message = f"the return value cannot be encoded as JSON ({exc}); return plain data (dict, list, str, number)"
+        return _failed(attempt, TypeError(message), EXIT_FAILED)
+    try:
+        write_new(attempt / "result.json", data + b"\n", durable=durable, mode=file_mode)
+    except OSError as exc:  # disk full, say: a truncated result must never complete the job
+        (attempt / "result.json").unlink(missing_ok=True)
+        return _failed(attempt, OSError(exc.errno, f"cannot write result.json: {exc.strerror}"), EXIT_FAILED)
+    return EXIT_OK
+
+
+def _failed(attempt: Path, exc: BaseException, code: int) -> int:
+    """Record the exception for the manager, print its traceback to stderr, return `code`."""
+    trace = "".join(traceback.format_exception(exc))
+    sys.stderr.write(trace)
+    error = {"type": type(exc).__name__, "message": str(exc), "traceback": trace}
+    try:
+        with open(attempt / CHILD_ERROR_FILE, "w") as file:
+            json.dump(error, file, indent=1, default=repr)
+    except OSError:
+        pass  # the exit status still says the attempt failed
+    return code
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # the job closed or broke its own stream

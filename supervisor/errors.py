@@ -1,0 +1,19 @@
+"""The exceptions of the process side: one root, `SupervisorError`."""
+
+from __future__ import annotations
+
+
+class SupervisorError(Exception):
+    """Root of every error the process side raises on purpose."""
+
+
+class AppNotFound(SupervisorError):
+    """`--app module:registry` does not name an importable Registry."""
+
+
+class ConfigError(SupervisorError, ValueError):
+    """A manager setting is out of range or contradicts another."""
+
+
+class InternalError(SupervisorError):
+    """An invariant of the manager broke. This is a bug in forkvisor: please report it."""

@@ -1,0 +1,165 @@
+"""Forking, reaping and killing: the only module that calls `os.fork`,
+`os._exit`, `os.wait4` and `os.killpg`.
+
+A child never returns into the manager's code: its body runs inside
+`try/finally: os._exit(code)`. Signals are blocked around `fork` so that no
+handler runs half way, and the child restores default handlers before it
+unblocks them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import psutil
+
+from supervisor import signals
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CHILD_ERROR = 70  # forkvisor itself failed inside the child (EX_SOFTWARE)
+EXIT_ORPHANED = 71  # the manager died before the child got going
+EXIT_CANNOT_COMPLETE = 100  # the job said it can never succeed: no retry
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How a child ended, decoded once from its wait status."""
+
+    pid: int
+    code: int | None
+    signal: signal.Signals | None
+    rusage: resource.struct_rusage
+
+    @classmethod
+    def decode(cls, pid: int, status: int, rusage: resource.struct_rusage) -> ExitStatus:
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            return cls(pid, None, signal.Signals(-code), rusage)
+        return cls(pid, code, None, rusage)
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"killed by {self.signal.name}"
+        return f"exited {self.code}"
+
+
+def start_child(body: Callable[[], int], close_fds: Iterable[int] = ()) -> int:
+    """Fork a child that runs `body` and exits with its return value; return its pid."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    fds = tuple(close_fds)
+    with signals.blocked() as mask:
+        pid = os.fork()
+        if pid == 0:
+            _run_child(body, parent, fds, mask)
+    try:
+        os.setpgid(pid, pid)  # also done in the child: whichever runs first wins the race
+    except (ProcessLookupError, PermissionError):
+        pass  # the child already exited, or already called exec/setsid
+    return pid
+
+
+def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int]) -> None:
+    code = EXIT_CHILD_ERROR
+    try:
+        os.setpgrp()
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the manager died before PDEATHSIG was armed
+            code = EXIT_ORPHANED
+            return
+        for fd in fds:
+            _close_quietly(fd)
+        signals.reset_in_child(mask)
+        code = body()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # already closed
+
+
+def reap_nowait() -> Iterator[ExitStatus]:
+    """Every child that has exited, without blocking."""
+    while True:
+        try:
+            pid, status, rusage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return  # no children at all
+        if pid == 0:
+            return
+        yield ExitStatus.decode(pid, status, rusage)
+
+
+def wait_for(pid: int, timeout: float) -> ExitStatus | None:
+    """Reap one child, SIGKILLing it if it has not exited within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            found, status, rusage = os.wait4(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None  # already reaped
+        if found:
+            return ExitStatus.decode(found, status, rusage)
+        if time.monotonic() >= deadline:
+            _kill_quietly(pid, signal.SIGKILL)
+            deadline = float("inf")
+            found, status, rusage = os.wait4(pid, 0)
+            return ExitStatus.decode(found, status, rusage)
+        time.sleep(delay)  # a bounded wait for a child we have signalled, not a poll for work
+        delay = min(delay * 2, 0.05)
+
+
+def job_tree(pid: int) -> list[psutil.Process]:
+    """The child's descendants, found now (they may leave its process group later)."""
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def signal_tree(pid: int, signum: signal.Signals, descendants: Iterable[psutil.Process] = ()) -> None:
+    """Send `signum` to a child's process group and to descendants that left it."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        _kill_quietly(pid, signum)  # no group (yet): the child itself
+    except PermissionError:
+        _kill_quietly(pid, signum)
+    for process in descendants:
+        try:
+            process.send_signal(signum)
+        except psutil.Error:
+            pass  # already gone, or the pid is no longer the process we saw
+
+
+def _kill_quietly(pid: int, signum: signal.Signals) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # already gone
+
+
+def become_subreaper() -> None:
+    """Adopt orphaned grandchildren so they are reaped here, not left as zombies elsewhere."""
+    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -1,0 +1,148 @@
+"""From a reaped child to a recorded outcome and the job's next state.
+
+Every attempt's `outcome.json` answers "why did it die": exit code or signal
+name, the limit hit if any, max RSS, CPU and wall time, host and pid, the
+error and traceback the child recorded, and the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from jobs import Claim, Queue, State, retry_delay
+from jobs.retry import WaitStrategy
+from supervisor.child import CHILD_ERROR_FILE
+from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
+
+STDERR_TAIL_BYTES = 4096
+Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
+
+
+@dataclass
+class Running:
+    """A job's child as the manager tracks it."""
+
+    pid: int
+    claim: Claim
+    started: float  # monotonic
+    started_wall: float
+    limit: str | None = None  # "timeout", "memory", "cancelled", "drain" once one is hit
+    kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
+    lost: bool = False  # a sweeper took the claim back
+    descendants: list[psutil.Process] = field(default_factory=list)
+
+    @property
+    def released(self) -> bool:
+        """Stopped by an operator's shutdown: goes back without using an attempt."""
+        return self.limit == "drain"
+
+
+def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[str, Any]:
+    """The `outcome.json` record of one attempt."""
+    usage = status.rusage
+    return {
+        "run": running.claim.attempt,
+        "attempt": running.claim.attempts,
+        "max_attempts": running.claim.spec.max_attempts,
+        "status": status.describe(),
+        "exit_code": status.code,
+        "signal": status.signal.name if status.signal else None,
+        "limit": running.limit,
+        "released": running.released and not is_success(running, status),
+        "succeeded": is_success(running, status),
+        "host": socket.gethostname(),
+        "pid": status.pid,
+        "started": running.started_wall,
+        "ended": now_wall,
+        "wall_time": round(now_wall - running.started_wall, 6),
+        "cpu_user": round(usage.ru_utime, 6),
+        "cpu_system": round(usage.ru_stime, 6),
+        "max_rss_kb": usage.ru_maxrss,
+        "error": child_error(running.claim.attempt_path) or limit_error(running, status),
+        "stderr_tail": stderr_tail(running.claim.attempt_path),
+    }
+
+
+def settle(
+    queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any], wait: WaitStrategy
+) -> Retry | None:
+    """Move the job on after its attempt: done, back to ready (released by a shutdown),
+    retry later, or dead. For a scheduled retry, return (due, job id, priority): the
+    name `fail` gave it, so the manager can promote exactly that entry when due."""
+    claim = running.claim
+    if is_success(running, status):
+        queue.complete(claim)
+        return None
+    if running.released:
+        queue.release(claim, reason="released by the manager's shutdown")
+        return None
+    now, delay = time.time(), retry_delay(wait, claim.attempts)
+    error = outcome["error"] or {"message": status.describe()}
+    state = queue.fail(claim, error, now, delay=delay, permanent=is_permanent(running, status))
+    return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
+
+
+def is_success(running: Running, status: ExitStatus) -> bool:
+    """Exit 0 with no limit hit; or, stopped by a drain, a job that still returned its value."""
+    if status.code != EXIT_OK:
+        return False
+    if running.limit == "drain":
+        return (running.claim.attempt_path / "result.json").exists()
+    return running.limit is None
+
+
+def is_permanent(running: Running, status: ExitStatus) -> bool:
+    return status.code == EXIT_CANNOT_COMPLETE or running.limit == "cancelled"
+
+
+def child_error(attempt: Path) -> dict[str, Any] | None:
+    try:
+        with open(attempt / CHILD_ERROR_FILE) as file:
+            error = json.load(file)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"type": "unreadable", "message": f"{CHILD_ERROR_FILE}: {exc}"}
+    return error if isinstance(error, dict) else {"message": repr(error)}
+
+
+def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
+    """An error message for an attempt that died without recording one itself."""
+    spec = running.claim.spec
+    if running.limit == "timeout":
+        return {"type": "Timeout", "message": f"ran past its timeout of {spec.timeout:g}s; {status.describe()}"}
+    if running.limit == "memory":
+        limit_mb = (spec.memory_limit or 0) / 2**20
+        return {"type": "MemoryLimit", "message": f"used more than {limit_mb:.0f} MiB RSS; {status.describe()}"}
+    if running.limit == "cancelled":
+        return {"type": "Cancelled", "message": f"cancelled by an operator; {status.describe()}"}
+    if running.limit == "drain":
+        return {"type": "Released", "message": f"stopped by the manager's shutdown; {status.describe()}"}
+    if status.code == EXIT_OK:
+        return None
+    if status.code == EXIT_CHILD_ERROR:
+        return {
+            "type": "ChildError",
+            "message": "forkvisor failed inside the child before or after the job; see stderr",
+        }
+    if status.code == EXIT_ORPHANED:
+        return {"type": "Orphaned", "message": "the manager died before the child could start the job"}
+    return {"type": "Crashed", "message": f"the job's process {status.describe()} without recording an error"}
+
+
+def stderr_tail(attempt: Path) -> str:
+    try:
+        with open(attempt / "stderr", "rb") as file:
+            file.seek(0, 2)
+            size = file.tell()
+            file.seek(max(0, size - STDERR_TAIL_BYTES))
+            return file.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,512 @@
+"""The manager: one process, one event loop, one forked child per job.
+
+Each turn of the loop waits for something to happen (a signal or a child's
+exit on the wakeup pipe, a new job through inotify, or the next deadline)
+and then runs the same named steps:
+
+    _handle_signals  SIGTERM/SIGINT drain (a second one stops now), SIGUSR1 logs status
+    _reap_children   wait4 every exited child, record its outcome, move the job on
+    _enforce_limits  timeouts, memory limits, the drain deadline
+    _keep_lease      heartbeat; return claims no child holds; stop children whose claim
+                     a sweeper took back or an operator cancelled
+    _keep_sweeper    restart the lease-sweeper child if it died (with back-off)
+    _start_jobs      claim and fork while there are free slots
+
+`step()` runs one turn, so a test can drive the manager tick by tick.
+The manager stays single-threaded: forking a threaded process is unsafe.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import selectors
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from setproctitle import setproctitle
+
+from jobs import DEFAULT_WAIT, Claim, ClaimLost, JobsError, Queue, Registry, State, UnknownCallable
+from jobs.retry import WaitStrategy
+from supervisor import forking, harvest, limits, liveness, sweeper
+from supervisor.child import run_attempt
+from supervisor.errors import ConfigError
+from supervisor.harvest import Running
+from supervisor.signals import SignalPipe
+from supervisor.watch import Watch, open_watch
+
+log = logging.getLogger(__name__)
+DRAIN_FILE = "drain"
+FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a manager runs; every field has a sensible default."""
+
+    concurrency: int = os.cpu_count() or 2
+    lease: float = 30.0  # an owner silent this long loses its claims
+    sweep_interval: float = 5.0
+    drain_timeout: float = 60.0  # how long running jobs may finish after a drain request
+    kill_grace: float = 5.0  # between SIGTERM and SIGKILL
+    poll_interval: float = 1.0  # safety-net rescan (NFS, missed events)
+    memory_poll: float = 0.5
+    horizon: float = 300.0  # --burst leaves jobs scheduled further ahead than this
+    tmp_age: float = 3600.0  # a tmp/ entry older than this was abandoned
+    retention: float | None = None  # purge done jobs older than this many seconds
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
+        for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be greater than 0, got {getattr(self, name)}")
+        if self.sweep_interval >= self.lease:
+            raise ConfigError(f"sweep_interval ({self.sweep_interval}s) must be shorter than the lease ({self.lease}s)")
+
+
+class Manager:
+    """Claims jobs from a queue and runs each in a forked child."""
+
+    def __init__(self, queue: Queue | str | os.PathLike[str], registry: Registry, **settings: object) -> None:
+        self.queue = queue if isinstance(queue, Queue) else Queue(queue, create=False)
+        self.registry = registry
+        self.settings = Settings(**settings)  # type: ignore[arg-type]  # checked by Settings itself
+        self.running: dict[int, Running] = {}
+        self.draining = False
+        self.stopping_now = False
+        self.left_scheduled = 0
+        self._retries_due: list[harvest.Retry] = []
+        self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
+        self._fork_retry_at = 0.0
+        self._fork_backoff = FORK_BACKOFF_MIN
+        self._drain_deadline: float | None = None
+        self._next_heartbeat = 0.0
+        self._next_poll = 0.0
+        self._next_memory_check = 0.0
+        self._started = False
+        self._registered = False
+
+    # -- life cycle ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Register as an owner, install signal handling, start watching and the sweeper."""
+        self._drain_at_start = self._drain_request()  # an older request is not for us
+        self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
+        self.queue.register_owner(self.owner)  # at start, failing is fatal: the queue is unusable
+        self._registered = True
+        forking.become_subreaper()
+        self._signals = SignalPipe()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
+        self._watch: Watch | None = open_watch([self.queue.folder.state_dir(State.READY), self.queue.path])
+        if self._watch is not None:
+            self._selector.register(self._watch.fd, selectors.EVENT_READ)
+        self._started = True
+        settings = self.settings
+        self._sweeper = sweeper.SweeperChild(self.queue, settings.sweep_interval, settings.tmp_age, settings.retention)
+        self._sweeper.keep(time.monotonic(), self._manager_fds())
+        self._set_title()
+        log.info(
+            "manager %s serving %s with concurrency %d", self.owner.name, self.queue.path, self.settings.concurrency
+        )
+
+    def run(self, burst: bool = False) -> int:
+        """Serve the queue until drained (or, with `burst`, until nothing is left); return 0."""
+        self.start()
+        try:
+            while not self.finished(burst):
+                self.step(timeout=None)
+        finally:
+            self.close()
+        if burst and self.left_scheduled:
+            log.info("left %d job(s) scheduled beyond the %gs horizon", self.left_scheduled, self.settings.horizon)
+        return 0
+
+    def finished(self, burst: bool) -> bool:
+        if self.running:
+            return False
+        if self.draining or self.stopping_now:
+            return True
+        return burst and self._nothing_left()
+
+    def close(self) -> None:
+        """Stop the sweeper, release what is still running, retire the owner folder."""
+        if not self._started:
+            return
+        try:
+            self._stop_everything(signal.SIGKILL)
+            self._sweeper.stop(self.settings.kill_grace)
+            self.queue.retire_owner(self.owner.name)
+        finally:
+            self._selector.close()
+            if self._watch is not None:
+                self._watch.close()
+            self._signals.close()
+            self._started = False
+        log.info("manager %s stopped", self.owner.name)
+
+    def request_drain(self, why: str) -> None:
+        """Claim nothing more; let running jobs finish up to the drain timeout."""
+        if self.draining:
+            return  # a repeated request neither restarts nor extends the drain
+        log.info("draining (%s): %d job(s) running, claiming no more", why, len(self.running))
+        self.draining = True
+        self._drain_deadline = time.monotonic() + self.settings.drain_timeout
+        self._set_title()
+
+    def stop_now(self, why: str) -> None:
+        """Stop every running job at once and put it back in the queue."""
+        log.warning("stopping now (%s): releasing %d running job(s)", why, len(self.running))
+        self.draining = self.stopping_now = True
+        self._stop_everything(signal.SIGKILL)
+
+    # -- one turn of the loop ------------------------------------------------------------
+
+    def step(self, timeout: float | None = 0.0) -> None:
+        """Wait for an event (at most `timeout` seconds, None: until the next deadline), then act."""
+        now = time.monotonic()
+        self._wait(self._wait_time(now, timeout))
+        now = time.monotonic()
+        self._handle_signals()
+        self._read_watch(now)
+        self._reap_children()
+        self._retry_stranded()
+        self._promote_own_retries()
+        self._enforce_limits(now)
+        self._keep_lease(now)
+        self._keep_sweeper(now)
+        self._start_jobs()
+
+    def _wait_time(self, now: float, timeout: float | None) -> float:
+        deadlines = [self._next_heartbeat, self._next_poll]
+        if self._fork_retry_at > now:
+            deadlines.append(self._fork_retry_at)
+        deadlines += [r.kill_at for r in self.running.values() if r.kill_at is not None]
+        unstopped = [r for r in self.running.values() if r.limit is None]  # a stopped job waits on kill_at
+        deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.spec.timeout]
+        if any(r.claim.spec.memory_limit for r in unstopped):
+            deadlines.append(self._next_memory_check)
+        if self._drain_deadline is not None:
+            deadlines.append(self._drain_deadline)
+        if self._sweeper.pid is None and not self.stopping_now:
+            deadlines.append(self._sweeper.restart_at)
+        wait = max(0.0, min(deadlines) - now)
+        if self._retries_due:
+            wait = min(wait, max(0.0, self._retries_due[0][0] - time.time()))
+        return wait if timeout is None else min(wait, timeout)
+
+    def _wait(self, timeout: float) -> None:
+        self._selector.select(timeout)
+
+    def _handle_signals(self) -> None:
+        for signum in self._signals.drain():
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                if self.draining:
+                    self.stop_now(f"second {signum.name}")
+                else:
+                    self.request_drain(signum.name)
+            elif signum == signal.SIGUSR1:
+                log.info("status: %s", self.status_line())
+            elif signum == signal.SIGHUP:
+                log.info("SIGHUP ignored: send SIGTERM to drain, or use `forkvisor drain`")
+
+    def _read_watch(self, now: float) -> None:
+        rescan = now >= self._next_poll
+        if self._watch is not None:
+            ready = self.queue.folder.state_dir(State.READY)
+            for folder, name in self._watch.read():
+                if folder is None:
+                    rescan = True  # the kernel dropped events: look at the drain file now
+                elif folder == ready:
+                    self.queue.note_ready(name)
+                elif name == DRAIN_FILE:
+                    self._check_drain_file()
+        if rescan:
+            self._next_poll = now + self.settings.poll_interval
+            self._check_drain_file()
+
+    def _check_drain_file(self) -> None:
+        if not self.draining and self._drain_request() != self._drain_at_start:
+            self.request_drain(f"{DRAIN_FILE} file in the queue")
+
+    def _drain_request(self) -> tuple[int, int] | None:
+        """Which drain file is there: `forkvisor drain` renames a new one into place each time,
+        so a request is a change of file, whatever the clocks' granularity."""
+        try:
+            found = os.stat(self.queue.path / DRAIN_FILE)
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def _promote_own_retries(self) -> None:
+        """Promote the retries this manager scheduled once due, by name, rather than wait
+        for a sweep (which would also find them, if this fails)."""
+        now = time.time()
+        while self._retries_due and self._retries_due[0][0] <= now:
+            due, job_id, priority = heapq.heappop(self._retries_due)
+            try:
+                self.queue.promote(job_id, priority, due, now)
+            except (OSError, JobsError) as exc:
+                log.error("cannot promote the retry of job %s: %s; a sweep will", job_id, exc)
+
+    # -- children ------------------------------------------------------------------
+
+    def _start_jobs(self) -> None:
+        while self._can_start_more():
+            claim = self._claim_next()
+            if claim is None:
+                return
+            self._launch(claim)
+
+    def _can_start_more(self) -> bool:
+        """A free slot, not draining, and no recent fork failure to wait out."""
+        if self.draining or not self._registered or len(self.running) >= self.settings.concurrency:
+            return False
+        return time.monotonic() >= self._fork_retry_at
+
+    def _claim_next(self) -> Claim | None:
+        try:
+            return self.queue.claim(self.owner.name)
+        except ClaimLost:
+            self._recover_from_reaping()
+        except (OSError, JobsError) as exc:
+            log.error("cannot claim from %s: %s", self.queue.path, exc)
+        return None
+
+    def _launch(self, claim: Claim) -> None:
+        try:
+            registered = self.registry.get(claim.spec.function)
+        except UnknownCallable as exc:
+            self._finish_unstarted(claim, exc)
+            return
+        try:
+            pid = forking.start_child(
+                lambda: run_attempt(claim, registered, self.queue.folder.durable, self.queue.folder.file_mode),
+                self._manager_fds(),
+            )
+        except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
+            self._fork_failed(claim, exc)
+            return
+        self._fork_backoff = FORK_BACKOFF_MIN
+        self.running[pid] = Running(pid, claim, time.monotonic(), time.time())
+        log.info("%s started as pid %d", _job(claim), pid)
+        self._set_title()
+
+    def _fork_failed(self, claim: Claim, exc: OSError) -> None:
+        """Put the job back and stop claiming for a growing while, so a host out of
+        processes or memory is not hammered with claim-fork-release cycles."""
+        log.error(
+            "cannot fork for job %s: %s; putting it back, retrying in %.1fs", claim.job_id, exc, self._fork_backoff
+        )
+        self._fork_retry_at = time.monotonic() + self._fork_backoff
+        self._fork_backoff = min(self._fork_backoff * 2, FORK_BACKOFF_MAX)
+        error = {"type": "ForkFailed", "message": f"cannot fork: {exc}"}
+        try:
+            self.queue.record_outcome(claim, {"run": claim.attempt, "started": False, "released": True, "error": error})
+        except (OSError, JobsError):
+            pass  # the release below still gives the attempt back
+        self._release_quietly(claim, f"fork failed: {exc}")
+
+    def _manager_fds(self) -> list[int]:
+        """Descriptors a child must not keep: the wakeup pipe, the selector, inotify."""
+        fds = [*self._signals.fds, self._selector.fileno()]
+        return fds + ([self._watch.fd] if self._watch is not None else [])
+
+    def _release_quietly(self, claim: Claim, reason: str) -> None:
+        try:
+            self.queue.release(claim, reason=reason)
+        except (OSError, JobsError) as exc:
+            log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
+
+    def _finish_unstarted(self, claim: Claim, exc: JobsError) -> None:
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        try:
+            self.queue.record_outcome(claim, {"run": claim.attempt, "started": False, "error": error})
+            self.queue.fail(claim, error, permanent=True)
+        except (OSError, JobsError) as failure:
+            log.error("cannot record why job %s cannot start: %s", claim.job_id, failure)
+        log.warning("job %s cannot run: %s", claim.job_id, exc)
+
+    def _reap_children(self) -> None:
+        for status in forking.reap_nowait():
+            if status.pid == self._sweeper.pid:
+                self._sweeper.died(status, time.monotonic())
+                continue
+            running = self.running.pop(status.pid, None)
+            if running is not None:
+                if running.limit is not None:  # we stopped it: its leftovers go too, even if they ignore SIGTERM
+                    forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
+                self._harvest(running, status)
+        self._set_title()
+
+    def _harvest(self, running: Running, status: forking.ExitStatus) -> None:
+        claim = running.claim
+        outcome = harvest.outcome_of(running, status, time.time())
+        if running.lost:
+            log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
+            try:
+                self.queue.note_lost(claim, status.describe())
+            except OSError as exc:  # the note is only informative
+                log.error("cannot note the lost claim in job %s: %s", claim.job_id, exc)
+            return
+        if not self._record(running, status, outcome, report=True):
+            self._stranded.append((running, status, outcome))
+            return
+        log.info("%s %s in %.3fs", _job(claim), _verdict(running, status), outcome["wall_time"])
+
+    def _retry_stranded(self) -> None:
+        """Try again to record harvests that failed (disk full, say); the job stays ours meanwhile."""
+        stranded, self._stranded = self._stranded, []
+        self._stranded = [entry for entry in stranded if not self._record(*entry, report=False)]
+
+    def _record(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any], report: bool) -> bool:
+        """Record the attempt's outcome and move the job on; False if the store failed."""
+        try:
+            self.queue.record_outcome(running.claim, outcome)
+            self._move_on(running, status, outcome)
+        except ClaimLost as exc:
+            log.warning("job %s: %s", running.claim.job_id, exc)
+        except (OSError, JobsError) as exc:
+            if report:
+                log.error(
+                    "cannot record the outcome of %s (pid %d, %s): %s; will retry",
+                    _job(running.claim),
+                    status.pid,
+                    status.describe(),
+                    exc,
+                )
+            return False
+        return True
+
+    def _move_on(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any]) -> None:
+        retry = harvest.settle(self.queue, running, status, outcome, self._wait_strategy(running.claim))
+        if retry is not None:
+            heapq.heappush(self._retries_due, retry)
+
+    def _wait_strategy(self, claim: Claim) -> WaitStrategy:
+        try:
+            return self.registry.get(claim.spec.function).retry
+        except UnknownCallable:
+            return DEFAULT_WAIT
+
+    # -- limits ----------------------------------------------------------------------
+
+    def _enforce_limits(self, now: float) -> None:
+        check_memory = now >= self._next_memory_check
+        if check_memory:
+            self._next_memory_check = now + self.settings.memory_poll
+        for running in list(self.running.values()):
+            if running.limit is not None:
+                limits.escalate(running, now)
+            elif (limit := limits.limit_hit(running, now, check_memory)) is not None:
+                limits.stop(running, limit, now, self.settings.kill_grace)
+        if self._drain_deadline is not None and now >= self._drain_deadline:
+            self._drain_deadline = None  # done once: kill_at takes it from here
+            for running in self.running.values():
+                if running.limit is None:
+                    limits.stop(running, "drain", now, self.settings.kill_grace)
+
+    def _stop_everything(self, signum: signal.Signals) -> None:
+        for running in self.running.values():
+            if running.limit is None:
+                running.limit = "drain"
+            limits.signal_job(running, signum)
+        deadline = time.monotonic() + self.settings.kill_grace + 5
+        while self.running and time.monotonic() < deadline:
+            self._selector.select(0.05)
+            self._reap_children()
+
+    # -- lease and sweeper -------------------------------------------------------------
+
+    def _keep_lease(self, now: float) -> None:
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.settings.lease / 3
+        if not self._registered:
+            self._register()
+            return
+        try:
+            self.queue.heartbeat(self.owner.name)
+            held = {r.claim.job_id for r in self.running.values()} | {r.claim.job_id for r, _, _ in self._stranded}
+            self.queue.return_unheld(self.owner.name, held)
+        except ClaimLost:
+            self._recover_from_reaping()
+            return
+        except (OSError, JobsError) as exc:
+            log.error("cannot renew the lease of %s: %s", self.owner.name, exc)
+        self._check_claims(now)
+
+    def _check_claims(self, now: float) -> None:
+        """Stop children whose claim a sweeper took back, and those an operator cancelled."""
+        for running in self.running.values():
+            if not running.lost and not running.claim.path.is_dir():
+                running.lost = True
+                limits.signal_job(running, signal.SIGKILL)
+            elif running.limit is None and (running.claim.path / "cancel").exists():
+                limits.stop(running, "cancelled", now, self.settings.kill_grace)
+
+    def _recover_from_reaping(self) -> None:
+        """A sweeper judged us dead: our claims are void; start over as a new owner."""
+        log.warning(
+            "owner %s was reaped by a sweeper; stopping %d job(s) and registering anew",
+            self.owner.name,
+            len(self.running),
+        )
+        for running in self.running.values():
+            running.lost = True
+            limits.signal_job(running, signal.SIGKILL)
+        self._register()
+
+    def _register(self) -> None:
+        """Register as a new owner; on failure claim nothing and try again at the next heartbeat."""
+        try:
+            self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
+            self.queue.register_owner(self.owner)
+            self._registered = True
+        except (OSError, JobsError) as exc:
+            log.error("cannot register as an owner of %s: %s; claiming nothing until it works", self.queue.path, exc)
+            self._registered = False
+
+    def _keep_sweeper(self, now: float) -> None:
+        if not self.stopping_now:
+            self._sweeper.keep(now, self._manager_fds())
+
+    @property
+    def sweeper_pid(self) -> int | None:
+        return self._sweeper.pid
+
+    # -- status ---------------------------------------------------------------------
+
+    def _nothing_left(self) -> bool:
+        counts = self.queue.counts()
+        if counts["ready"] or counts["claimed"]:
+            return False
+        if not counts["scheduled"]:
+            return True
+        self.left_scheduled = self.queue.scheduled_after(time.time() + self.settings.horizon)
+        return self.left_scheduled == counts["scheduled"]
+
+    def status_line(self) -> str:
+        jobs = ", ".join(f"{r.claim.job_id} pid {r.pid}" for r in self.running.values()) or "none"
+        return f"{len(self.running)}/{self.settings.concurrency} busy, draining={self.draining}, running: {jobs}"
+
+    def _set_title(self) -> None:
+        state = " draining" if self.draining else ""
+        setproctitle(
+            f"forkvisor: manager {self.queue.path} {len(self.running)}/{self.settings.concurrency} busy{state}"
+        )
+
+
+def _job(claim: Claim) -> str:
+    """How every log line names a job's attempt."""
+    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.spec.max_attempts}"
+
+
+def _verdict(running: Running, status: forking.ExitStatus) -> str:
+    if harvest.is_success(running, status):
+        return "succeeded"
+    return f"failed ({running.limit or status.describe()})"

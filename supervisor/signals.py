@@ -1,0 +1,73 @@
+"""Signals reach the manager's loop as bytes on a wakeup pipe.
+
+This is the only module that installs handlers. A handler does nothing: the
+interpreter's C-level handler writes the signal number to the wakeup fd
+(`signal.set_wakeup_fd`), and the loop reads and acts on it, so no logging or
+I/O ever runs inside a handler.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD, signal.SIGHUP)
+
+
+def _record_only(signum: int, frame: FrameType | None) -> None:
+    """The wakeup fd already carries the signal number; nothing to do here."""
+
+
+class SignalPipe:
+    """The read end of the wakeup pipe, and the handlers that feed it."""
+
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._previous_fd = signal.set_wakeup_fd(self._write_fd, warn_on_full_buffer=False)
+        self._previous = {signum: signal.signal(signum, _record_only) for signum in HANDLED}
+
+    def drain(self) -> list[signal.Signals]:
+        """The signals that arrived since the last call, in order."""
+        received = b""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 512)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            received += chunk
+        return [signal.Signals(number) for number in received]
+
+    @property
+    def fds(self) -> tuple[int, int]:
+        return self.read_fd, self._write_fd
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous_fd)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        os.close(self.read_fd)
+        os.close(self._write_fd)
+
+
+@contextmanager
+def blocked() -> Iterator[set[int]]:
+    """Block the handled signals (around fork, so none lands half way); yield the
+    mask to restore, which a child must restore itself since it never leaves."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        yield previous
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def reset_in_child(unblock_mask: set[int]) -> None:
+    """In a fresh child: default handlers, no wakeup fd, the parent's mask restored."""
+    signal.set_wakeup_fd(-1)
+    for signum in HANDLED:
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, unblock_mask)

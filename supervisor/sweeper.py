@@ -1,0 +1,86 @@
+"""The lease-sweeper: a child of the manager that keeps the queue moving.
+
+Each sweep, judged by the file system's clock: return the claims of dead or
+expired owners, promote due scheduled jobs, quarantine abandoned submissions,
+and purge done jobs past the retention if one is set. Several sweepers (one
+per manager, on any host) may sweep one queue: every move is a rename that
+only one of them can win.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from pathlib import Path
+
+from setproctitle import setproctitle
+
+from jobs import JobsError, Queue, State
+from supervisor import forking, liveness
+
+log = logging.getLogger(__name__)
+BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
+HEALTHY_RUN = 60.0  # a sweeper that ran this long before dying was not crash-looping
+
+
+def run(path: Path, durable: bool, interval: float, tmp_age: float, retention: float | None) -> int:
+    """Sweep `path` every `interval` seconds until killed (it dies with its manager)."""
+    setproctitle(f"forkvisor: sweeper {path}")
+    queue = Queue(path, create=False, durable=durable)
+    while True:
+        sweep_once(queue, tmp_age, retention)
+        time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
+
+
+def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> None:
+    try:
+        now = queue.filesystem_now()
+        done = queue.sweep(now, liveness.is_alive, tmp_age)
+        if retention is not None:
+            done["purged"] = len(queue.purge(State.DONE, retention, now))
+    except (OSError, JobsError) as exc:
+        log.error("sweep of %s failed: %s", queue.path, exc)
+        return
+    if any(done.values()):
+        log.info("sweep of %s: %s", queue.path, ", ".join(f"{key} {value}" for key, value in done.items()))
+
+
+class SweeperChild:
+    """The manager's side of its sweeper: start it, restart it with back-off, stop it."""
+
+    def __init__(self, queue: Queue, interval: float, tmp_age: float, retention: float | None) -> None:
+        self._body = lambda: run(queue.path, queue.folder.durable, interval, tmp_age, retention)
+        self.pid: int | None = None
+        self.restart_at = 0.0
+        self._backoff = BACKOFF_MIN
+        self._started = 0.0
+
+    def keep(self, now: float, close_fds: list[int]) -> None:
+        """Start the sweeper if it is not running and its back-off is over."""
+        if self.pid is not None or now < self.restart_at:
+            return
+        try:
+            self.pid = forking.start_child(self._body, close_fds)
+            self._started = now
+        except OSError as exc:  # out of processes or memory: try again later, never die of it
+            log.error("cannot start the sweeper: %s; retrying in %.0fs", exc, self._backoff)
+            self._back_off(now)
+
+    def died(self, status: forking.ExitStatus, now: float) -> None:
+        if now - self._started > HEALTHY_RUN:
+            self._backoff = BACKOFF_MIN  # it ran fine for a while: not a crash loop
+        log.warning("sweeper pid %d %s; restarting it in %.0fs", status.pid, status.describe(), self._backoff)
+        self.pid = None
+        self._back_off(now)
+
+    def stop(self, grace: float) -> None:
+        if self.pid is None:
+            return
+        pid, self.pid = self.pid, None
+        forking.signal_tree(pid, signal.SIGTERM)
+        forking.wait_for(pid, timeout=grace)
+
+    def _back_off(self, now: float) -> None:
+        self.restart_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)

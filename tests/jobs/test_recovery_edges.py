@@ -1,0 +1,84 @@
+"""Edges found in review: a missing quarantine/, duplicate ids, claims no run holds,
+due times given in milliseconds. Each once left a job stuck, lost or looping."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from jobs import ClaimLost, InvalidJob, Owner, Queue, State, unknown_liveness
+
+
+def test_junk_in_ready_is_quarantined_even_after_quarantine_was_removed(queue: Queue, owner: Owner) -> None:
+    shutil.rmtree(queue.path / "quarantine")
+    (queue.path / "ready" / "README").write_text("not a job")
+    started = time.monotonic()
+    assert queue.claim(owner.name) is None  # returns, rather than rescanning the junk forever
+    assert time.monotonic() - started < 5
+    assert sorted(p.name.endswith(".why") for p in (queue.path / "quarantine").iterdir()) == [False, True]
+    assert list((queue.path / "ready").iterdir()) == []
+
+
+def test_a_copy_of_a_dead_job_put_back_in_ready_is_quarantined_not_stranded(queue: Queue, owner: Owner) -> None:
+    job_id = queue.with_options(max_attempts=1).enqueue("sample.echo")
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    queue.fail(claim, {"message": "boom"})
+    shutil.copytree(queue.path / "dead" / job_id, queue.path / "ready" / f"100.{job_id}")
+    (queue.path / "ready" / f"100.{job_id}" / "attempts").write_text("0\n")
+    copy = queue.claim(owner.name)
+    assert copy is not None
+    with pytest.raises(ClaimLost, match="already holds a job with this id"):
+        queue.fail(copy, {"message": "boom again"})  # dead/ID exists: the copy cannot replace it
+    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 1}
+    notes = [p.read_text() for p in (queue.path / "quarantine").glob("*.why")]
+    assert len(notes) == 1
+    assert "already holds a job with this id" in notes[0]
+
+
+def test_a_duplicate_in_a_reaped_owner_folder_does_not_stop_the_sweep(queue: Queue, owner: Owner) -> None:
+    job_id = queue.enqueue("sample.echo")
+    later = queue.with_options(delay=1).enqueue("sample.echo")
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    shutil.copytree(claim.path, queue.path / "dead" / job_id)  # a copy standing where a revert could go
+    (claim.path / "attempts").write_text("3\n")  # its lost attempt was the last: it goes to dead/
+    result = queue.sweep(time.time() + 3600, unknown_liveness)
+    assert result["promoted"] == 1, "the sweep stopped before promoting"
+    assert queue.job(later).state is State.READY
+    assert [p.name for p in (queue.path / "claimed").iterdir()] == []
+
+
+def test_claims_that_no_run_holds_go_back_to_the_queue(queue: Queue, owner: Owner) -> None:
+    held_id = queue.enqueue("sample.echo")
+    stray_id = queue.enqueue("sample.echo")
+    held = queue.claim(owner.name)
+    stray = queue.claim(owner.name)  # as if the fork never happened for this one
+    assert held is not None
+    assert stray is not None
+    assert (held.job_id, stray.job_id) == (held_id, stray_id)
+    assert queue.return_unheld(owner.name, {held_id}) == 1
+    assert queue.job(held_id).state is State.CLAIMED
+    assert queue.job(stray_id).state is State.READY
+    assert "never started" in (queue.job(stray_id).path / "events").read_text()
+
+
+@pytest.mark.parametrize("options", [{"run_at": time.time() * 1000}, {"delay": 1e13}])
+def test_a_due_time_in_milliseconds_is_refused(queue: Queue, options: dict[str, float]) -> None:
+    with pytest.raises(InvalidJob, match="epoch seconds, not milliseconds"):
+        queue.with_options(**options).enqueue("sample.echo")
+    assert queue.counts()["scheduled"] == 0
+
+
+def test_promote_by_name_moves_that_retry_only(queue: Queue, owner: Owner) -> None:
+    first, second = queue.enqueue("sample.echo"), queue.enqueue("sample.echo")
+    now = time.time()
+    for _ in range(2):
+        claim = queue.claim(owner.name, now)
+        assert claim is not None
+        assert queue.fail(claim, {"message": "boom"}, now, delay=5.0) is State.SCHEDULED
+    assert queue.promote(first, 0, now + 5.0, now + 5.0) is True
+    assert queue.promote(first, 0, now + 5.0, now + 5.0) is False  # already moved
+    assert (queue.job(first).state, queue.job(second).state) == (State.READY, State.SCHEDULED)

@@ -1,0 +1,224 @@
+"""Callables the supervisor tests enqueue, registered by explicit name.
+
+A manager loads them with `--app tests.sample_jobs:registry` (run from the
+repository root). Each one behaves in one way a real job can: succeed, raise,
+exit hard, crash, hang, ignore SIGTERM, leave the process group, eat memory.
+
+Barriers: a blocking job first announces itself by writing its pid to a
+`ready` file (write then rename, so a reader never sees half a pid), then
+blocks in `signal.pause()`. Tests wait for that file instead of sleeping.
+Jobs that must finish on cue wait for a `release` file the test creates.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import random
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import tenacity
+
+from jobs import CannotComplete, Registry
+
+registry = Registry()
+
+RELEASE_POLL = 0.005  # how often a job waiting for its release file looks for it
+
+
+def announce(path: str | os.PathLike[str], text: str | None = None) -> None:
+    """Write `text` (default: this pid) to `path` atomically: write a temporary, then rename."""
+    target = Path(path)
+    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    staging.write_text(f"{os.getpid() if text is None else text}\n")
+    os.replace(staging, target)
+
+
+def block_forever() -> NoReturn:
+    while True:
+        signal.pause()
+
+
+def wait_for_file(path: str | os.PathLike[str]) -> None:
+    """The job's side of a release barrier: return once `path` exists."""
+    while not os.path.exists(path):
+        time.sleep(RELEASE_POLL)
+
+
+@registry.job(name="sample.ok")
+def ok(value: Any = None) -> dict[str, Any]:
+    os.write(1, f"sample.ok running with {value!r}\n".encode())
+    return {"value": value, "pid": os.getpid()}
+
+
+@registry.job(name="sample.nap")
+def nap(seconds: float) -> float:
+    """Run for a while (a long job), then succeed."""
+    time.sleep(seconds)
+    return seconds
+
+
+@registry.job(name="sample.fail", max_attempts=2, retry=tenacity.wait_fixed(0.1))
+def fail(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+@registry.job(name="sample.print_and_fail", max_attempts=1)
+def print_and_fail(text: str) -> NoReturn:
+    """Print to stdout and stderr through `sys`, then raise."""
+    print(f"stdout says {text}", flush=True)
+    raise RuntimeError(f"failing after printing {text}")
+
+
+@registry.job(name="sample.exit3")
+def exit3() -> NoReturn:
+    os._exit(3)
+
+
+@registry.job(name="sample.segv")
+def segv() -> NoReturn:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file in the test's folder
+    faulthandler.enable(file=2)  # fd 2 is the attempt's stderr
+    faulthandler._sigsegv()
+    raise AssertionError("still alive after SIGSEGV")
+
+
+@registry.job(name="sample.cannot")
+def cannot(reason: str) -> NoReturn:
+    raise CannotComplete(reason)
+
+
+@registry.job(name="sample.bad_return")
+def bad_return() -> object:
+    return object()
+
+
+@registry.job(name="sample.hygiene")
+def hygiene() -> dict[str, Any]:
+    """Report what the child inherited: descriptors, signal mask and handlers, random state."""
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[name] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+    handled = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD, signal.SIGHUP)
+    wakeup_fd = signal.set_wakeup_fd(-1)
+    return {
+        "pid": os.getpid(),
+        "pgid": os.getpgrp(),
+        "fds": fds,
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "default_handlers": {s.name: signal.getsignal(s) == signal.SIG_DFL for s in handled},
+        "wakeup_fd": wakeup_fd,
+        "random": random.getrandbits(64),
+    }
+
+
+@registry.job(name="sample.exit_with")
+def exit_with(how: str) -> NoReturn:
+    """Leave through sys.exit(0), sys.exit(5) or KeyboardInterrupt."""
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    sys.exit(int(how))
+
+
+@registry.job(name="sample.block")
+def block(ready: str) -> NoReturn:
+    announce(ready)
+    block_forever()
+
+
+@registry.job(name="sample.ignore_term_block")
+def ignore_term_block(ready: str) -> NoReturn:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    announce(ready)
+    block_forever()
+
+
+@registry.job(name="sample.wait_release")
+def wait_release(ready: str, release: str) -> str:
+    """Announce, then finish once the test creates `release`."""
+    announce(ready)
+    wait_for_file(release)
+    return "released"
+
+
+@registry.job(name="sample.fork_on_release")
+def fork_on_release(ready: str, release: str, forked: str) -> NoReturn:
+    """Announce, wait for `release`, then fork one blocking grandchild (its pid goes to `forked`) and block.
+    A retry only blocks: the grandchild was the first run's."""
+    announce(ready)
+    wait_for_file(release)
+    if os.path.exists(forked):
+        block_forever()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block_forever()
+        finally:
+            os._exit(0)
+    announce(forked, str(pid))
+    block_forever()
+
+
+@registry.job(name="sample.block_once")
+def block_once(marker: str) -> str:
+    """Block on the first run (announcing in `marker`); succeed on any later run."""
+    if os.path.exists(marker):
+        return "second run"
+    announce(marker)
+    block_forever()
+
+
+@registry.job(name="sample.grandchildren")
+def grandchildren(
+    pids: str, grandchildren_ignore_term: bool = False, child_ignores_term: bool = False, leave_group: bool = True
+) -> NoReturn:
+    """Fork two grandchildren that leave the process group (setsid, unless not
+    `leave_group`) and block; write their pids to `pids` once both are set up; then block."""
+    if child_ignores_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    read_end, write_end = os.pipe()
+    found = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                if leave_group:
+                    os.setsid()
+                signal.signal(signal.SIGTERM, signal.SIG_IGN if grandchildren_ignore_term else signal.SIG_DFL)
+                os.write(write_end, b"!")
+                block_forever()
+            finally:
+                os._exit(0)
+        found.append(pid)
+    set_up = b""
+    while len(set_up) < 2:
+        set_up += os.read(read_end, 2)
+    announce(pids, " ".join(map(str, found)))
+    block_forever()
+
+
+@registry.job(name="sample.hog")
+def hog(ready: str, megabytes: int) -> NoReturn:
+    data = b"\x01" * (megabytes << 20)  # every page written, so all of it is resident
+    announce(ready, str(len(data)))
+    block_forever()
+
+
+@registry.job(name="sample.count_live")
+def count_live(live: str, release: str) -> int:
+    """Concurrency probe: mark this child live in the folder `live`, note how many
+    are live now, wait for `release/PID`, then unmark and return the count seen."""
+    pid = str(os.getpid())
+    Path(live, pid).touch()
+    seen = len(os.listdir(live))
+    wait_for_file(Path(release, pid))
+    os.unlink(Path(live, pid))
+    return seen

@@ -1,0 +1,1 @@
+"""Tests of the process side: real forks, real signals, real SIGKILL."""
