@@ -120,7 +120,8 @@ def test_segfault_is_recorded_as_killed_by_sigsegv(procs: Processes, queue: Queu
     # the tail is its end.
     stderr = (found.history[-1].path / "stderr").read_text()
     assert "Segmentation fault" in stderr
-    assert record["stderr_tail"] and stderr.endswith(record["stderr_tail"])
+    assert record["stderr_tail"]
+    assert stderr.endswith(record["stderr_tail"])
     assert "killed by SIGSEGV" in error_json(found)["message"]
 
 
