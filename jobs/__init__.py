@@ -35,6 +35,8 @@ Assumptions: POSIX rename(2) on one file system; renameat2(RENAME_NOREPLACE)
 where available (else a check-then-rename fallback). Details: docs/FORMAT.md.
 """
 
+from jobs.command import COMMAND, Command, command_call
+from jobs.config import format_duration, parse_duration
 from jobs.errors import (
     ArgumentNotSerializable,
     CannotComplete,
@@ -42,11 +44,14 @@ from jobs.errors import (
     InternalError,
     InvalidJob,
     InvalidJobId,
+    JobFailed,
     JobNotFound,
     JobsError,
     MoveCollision,
+    NotFinished,
     QueueError,
     UnknownCallable,
+    WaitTimeout,
     WrongState,
 )
 from jobs.job import Attempt, Job, JobOptions, JobSpec, State, is_job_id, new_job_id
@@ -56,6 +61,7 @@ from jobs.retry import DEFAULT_WAIT, retry_delay
 from jobs.store import Call, Claim, Queue, Submitter
 
 __all__ = [
+    "COMMAND",
     "DEFAULT_WAIT",
     "ArgumentNotSerializable",
     "Attempt",
@@ -63,16 +69,19 @@ __all__ = [
     "CannotComplete",
     "Claim",
     "ClaimLost",
+    "Command",
     "InternalError",
     "InvalidJob",
     "InvalidJobId",
     "Job",
+    "JobFailed",
     "JobNotFound",
     "JobOptions",
     "JobSpec",
     "JobsError",
     "Liveness",
     "MoveCollision",
+    "NotFinished",
     "Owner",
     "Queue",
     "QueueError",
@@ -81,9 +90,13 @@ __all__ = [
     "State",
     "Submitter",
     "UnknownCallable",
+    "WaitTimeout",
     "WrongState",
+    "command_call",
+    "format_duration",
     "is_job_id",
     "new_job_id",
+    "parse_duration",
     "retry_delay",
     "unknown_liveness",
 ]

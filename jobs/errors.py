@@ -6,6 +6,8 @@ would fix it.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class JobsError(Exception):
     """Root of every error the job store raises on purpose."""
@@ -45,6 +47,24 @@ class MoveCollision(JobsError):
 
 class WrongState(JobsError):
     """The job is not in a state that allows the asked-for transition."""
+
+
+class JobFailed(JobsError):
+    """The job ended in `dead/`: `error` is its last cause (as in its `error.json`)."""
+
+    def __init__(self, job_id: str, error: dict[str, Any]) -> None:
+        self.job_id = job_id
+        self.error = error
+        reason = error.get("reason", "failed")
+        super().__init__(f"job {job_id} is dead ({reason}): {error.get('message', 'no message recorded')}")
+
+
+class NotFinished(JobsError):
+    """The job has not reached `done/` or `dead/` yet."""
+
+
+class WaitTimeout(JobsError, TimeoutError):
+    """Waiting for jobs took longer than the timeout given; they are still running or queued."""
 
 
 class InternalError(JobsError):

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import files
+from jobs import config, files
 from jobs.errors import InvalidJob, QueueError
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State
 
@@ -39,7 +39,6 @@ OUTCOME_FILE = "outcome.json"
 CANCEL_FILE = "cancel"
 QUARANTINE = "quarantine"
 TMP = "tmp"
-DEFAULTS: dict[str, Any] = {"max_attempts": 3, "timeout": None}  # for jobs that do not say
 
 
 class QueueFolder:
@@ -50,7 +49,7 @@ class QueueFolder:
         self.durable = durable
         marker = self._open_or_create(create, shared)
         self.shared = bool(marker.get("shared", False))
-        self.defaults: dict[str, Any] = {**DEFAULTS, **marker.get("defaults", {})}
+        self.defaults = self._settings(marker)
         self.dir_mode = 0o2770 if self.shared else 0o700
         self.file_mode = 0o660 if self.shared else 0o600
 
@@ -79,7 +78,7 @@ class QueueFolder:
                 f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
                 f"(found {', '.join(stray[:5])}); use an empty or new folder"
             )
-        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": DEFAULTS}
+        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": config.DEFAULTS}
         data = json.dumps(document, indent=1).encode() + b"\n"
         tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
         files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
@@ -126,13 +125,25 @@ class QueueFolder:
             return
         os.chmod(path, mode)  # the umask must not narrow a shared queue
 
-    def write_defaults(self, defaults: dict[str, Any]) -> None:
-        """Change the defaults stored in `queue.json`."""
+    def _settings(self, marker: dict[str, Any]) -> dict[str, Any]:
+        stored = marker.get("defaults", {})
+        if not isinstance(stored, dict):
+            raise QueueError(f'cannot open queue {self.path}: {MARKER} "defaults" must be a JSON object')
+        try:
+            return {key: config.checked(key, value) for key, value in config.merged(stored).items()}
+        except InvalidJob as exc:
+            raise QueueError(
+                f"cannot open queue {self.path}: {MARKER} has a bad setting: {exc}; fix it with `forkvisor config`"
+            ) from None
+
+    def write_defaults(self, changes: dict[str, Any]) -> None:
+        """Check and store new settings in `queue.json` (see `jobs.config`)."""
+        checked = {key: config.checked(key, value) for key, value in changes.items()}
         marker = self._read_marker(self.path / MARKER)
-        marker["defaults"] = {**marker.get("defaults", {}), **defaults}
+        marker["defaults"] = {**marker.get("defaults", {}), **checked}
         data = json.dumps(marker, indent=1).encode() + b"\n"
         files.replace_file(self.path / MARKER, data, durable=True, mode=self.file_mode)
-        self.defaults = {**DEFAULTS, **marker["defaults"]}
+        self.defaults = self._settings(marker)
 
     # -- paths ---------------------------------------------------------------
 

@@ -67,6 +67,12 @@ def new_job_id(now: float | None = None) -> str:
     return f"{stamp}-{micros % 1_000_000:06d}-{os.urandom(4).hex()}"
 
 
+def created_at(job_id: str) -> float:
+    """The enqueue time written into a job id, in seconds since the epoch."""
+    stamp = datetime.strptime(job_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    return stamp.timestamp() + int(job_id[16:22]) / 1e6
+
+
 def is_job_id(text: str) -> bool:
     return bool(_ID_RE.match(text))
 

@@ -12,13 +12,14 @@ import builtins
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import files, sweep, view
-from jobs.errors import ClaimLost, InvalidJob, JobsError, MoveCollision, WrongState
+from jobs import files, sweep, view, waiting
+from jobs.command import command_call
+from jobs.errors import ClaimLost, InvalidJob, JobFailed, JobsError, MoveCollision, NotFinished, WrongState
 from jobs.folder import CANCEL_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem, filesystem_now
 from jobs.index import ReadyIndex
 from jobs.job import (
@@ -92,6 +93,25 @@ class Queue:
         as a whole: if it fails part way, the jobs already published stay published.
         """
         return self._publisher.submit_many(calls, time.time() if now is None else now)
+
+    def enqueue_command(
+        self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None, **options: Any
+    ) -> str:
+        """Publish a command job that execs `argv` (see `jobs.command`); `options` as for
+        `with_options`. `cwd` is where it runs (default: the manager's folder)."""
+        return self.submit(command_call(argv, cwd=cwd, env=env, options=JobOptions(**options)))
+
+    # -- settings ------------------------------------------------------------------
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """max_attempts, timeout, lease and retention of this queue (see `jobs.config`)."""
+        return dict(self.folder.defaults)
+
+    def configure(self, **changes: Any) -> dict[str, Any]:
+        """Check and store new settings; return them all. Durations may be text ("5m")."""
+        self.folder.write_defaults(changes)
+        return self.settings
 
     # -- claiming and finishing -------------------------------------------------
 
@@ -356,6 +376,32 @@ class Queue:
                 if job is not None and (function is None or job.function == function):
                     found.append(job)
         return found
+
+    def wait(
+        self,
+        job_ids: Iterable[str] | None = None,
+        timeout: float | None = None,
+        progress: waiting.Progress | None = None,
+    ) -> dict[str, State]:
+        """Block until the jobs are done or dead and return each one's state. With no ids,
+        wait for every job unfinished now (not those enqueued later). Raise WaitTimeout
+        after `timeout` seconds, JobNotFound for an unknown id."""
+        if isinstance(job_ids, str):
+            job_ids = [job_ids]  # one id, not its characters
+        ids = waiting.unfinished_ids(self.folder) if job_ids is None else list(job_ids)
+        return waiting.wait(self.folder, ids, timeout, progress)
+
+    def result(self, job_id: str, wait: bool = True, timeout: float | None = None) -> Any:
+        """The value the job returned. Raise JobFailed (with `.error`, the last cause) if it
+        is dead; NotFinished if `wait` is false and it has not finished; WaitTimeout."""
+        if wait:
+            self.wait([job_id], timeout)
+        job = self.job(job_id)
+        if job.state is State.DONE:
+            return job.result
+        if job.state is State.DEAD:
+            raise JobFailed(job_id, dict(job.error or {"message": "no error.json was recorded"}))
+        raise NotFinished(f"job {job_id} has not finished: it is {job.state.value}; pass wait=True to wait for it")
 
     def scheduled_after(self, when: float) -> int:
         """How many scheduled jobs are due after `when` (epoch seconds)."""

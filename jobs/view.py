@@ -59,14 +59,20 @@ def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Path, str]]:
     """(path, job id) of every well-formed job directory in one state."""
     parents = list(owner_dirs(folder)) if state is State.CLAIMED else [folder.state_dir(state)]
     for parent in parents:
-        try:
-            with os.scandir(parent) as found:
-                named = [(entry, job_id_of(state, entry.name)) for entry in found]
-        except FileNotFoundError:
-            continue  # an owner folder fenced or retired while we looked
-        for entry, job_id in named:
-            if job_id and entry.is_dir(follow_symlinks=False):
-                yield Path(entry.path), job_id
+        yield from entries_in(parent, state)
+
+
+def entries_in(parent: Path, state: State, check_dirs: bool = True) -> Iterator[tuple[Path, str]]:
+    """(path, job id) of the well-named entries of one folder of `state` (an owner's
+    folder for CLAIMED); `check_dirs=False` skips the per-entry type check."""
+    try:
+        with os.scandir(parent) as found:
+            named = [(entry, job_id_of(state, entry.name)) for entry in found]
+    except FileNotFoundError:
+        return  # an owner folder fenced or retired while we looked
+    for entry, job_id in named:
+        if job_id and (not check_dirs or entry.is_dir(follow_symlinks=False)):
+            yield Path(entry.path), job_id
 
 
 LOCATE_PASSES = 3

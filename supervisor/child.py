@@ -1,36 +1,42 @@
 """The life of a job's child process, after the fork and before `os._exit`.
 
 The child sets its title, sends its stdout and stderr to the attempt folder,
-runs the registered callable, and writes the return value as JSON. Its exit
-status is the protocol (see `forking`): 0 success, 100 cannot be completed,
-anything else a failed attempt. An exception is recorded in the attempt's
-`error.json` with its traceback, for the manager to put into the outcome.
+writes its pid there (for `forkvisor status`), runs the registered callable,
+and writes the return value as JSON. A command job execs its program instead.
+Its exit status is the protocol (see `forking`): 0 success, 100 cannot be
+completed, anything else a failed attempt. An exception is recorded in the
+attempt's `error.json` with its traceback, for the manager to put into the outcome.
+
+Both kinds see FORKVISOR_QUEUE, FORKVISOR_JOB_ID, FORKVISOR_ATTEMPT and
+FORKVISOR_ATTEMPT_DIR in their environment (and so do programs they start).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
+import signal
 import sys
 import traceback
 from pathlib import Path
 
 from setproctitle import setproctitle
 
-from jobs import CannotComplete, Claim, Registered
+from jobs import CannotComplete, Claim, Command, Registered
 from jobs.files import write_new
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK
 
 CHILD_ERROR_FILE = "error.json"
+PID_FILE = "pid"
+EXIT_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
 
 
 def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600) -> int:
-    """Run one attempt of a job; return the exit status for `os._exit`."""
+    """Run one attempt of a Python job; return the exit status for `os._exit`."""
+    _begin(claim, file_mode)
     spec = claim.spec
-    setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
-    random.seed()  # never share the manager's random stream
-    _redirect_output(claim.attempt_path, file_mode)
     try:
         value = registered.fn(*spec.args, **spec.kwargs)
     except CannotComplete as exc:
@@ -45,6 +51,45 @@ def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: 
     finally:
         _flush()
     return _write_result(claim.attempt_path, value, durable, file_mode)
+
+
+def run_command(claim: Claim, command: Command, file_mode: int = 0o600) -> int:
+    """Exec a command job's program in this child; return an exit status only if exec failed."""
+    _begin(claim, file_mode)
+    try:
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.close(stdin)
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(signum, signal.SIG_DFL)  # Python ignores these; the program must not inherit that
+        if command.cwd is not None:
+            os.chdir(command.cwd)
+        os.execvpe(command.argv[0], command.argv, {**os.environ, **command.env})
+    except OSError as exc:
+        where = f" in {command.cwd}" if command.cwd else ""
+        error = OSError(exc.errno, f"cannot run {command.argv[0]!r}{where}: {exc.strerror}")
+        return _failed(claim.attempt_path, error, EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC)
+    finally:
+        _flush()
+    return EXIT_CANNOT_EXEC  # not reached: exec returns only by raising
+
+
+def _begin(claim: Claim, file_mode: int) -> None:
+    """What every job's child does first: title, own random stream, output, pid, environment."""
+    spec = claim.spec
+    setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
+    random.seed()  # never share the manager's random stream
+    _redirect_output(claim.attempt_path, file_mode)
+    try:
+        write_new(claim.attempt_path / PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=file_mode)
+    except OSError:
+        pass  # only `forkvisor status` reads it; the job runs anyway
+    os.environ.update(
+        FORKVISOR_QUEUE=str(claim.path.parents[2]),
+        FORKVISOR_JOB_ID=claim.job_id,
+        FORKVISOR_ATTEMPT=str(claim.attempts),
+        FORKVISOR_ATTEMPT_DIR=str(claim.attempt_path),
+    )
 
 
 def _redirect_output(attempt: Path, file_mode: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from jobs import Claim, Queue, State, retry_delay
+from jobs import COMMAND, Claim, Queue, State, retry_delay
 from jobs.retry import WaitStrategy
 from supervisor.child import CHILD_ERROR_FILE
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
@@ -127,6 +127,8 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
         return {"type": "Released", "message": f"stopped by the manager's shutdown; {status.describe()}"}
     if status.code == EXIT_OK:
         return None
+    if spec.function == COMMAND:  # the program's own exit status, whatever its value
+        return {"type": "CommandFailed", "message": f"the command {status.describe()}; see its stderr"}
     if status.code == EXIT_CHILD_ERROR:
         return {
             "type": "ChildError",

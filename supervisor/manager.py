@@ -24,15 +24,16 @@ import os
 import selectors
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from setproctitle import setproctitle
 
-from jobs import DEFAULT_WAIT, Claim, ClaimLost, JobsError, Queue, Registry, State, UnknownCallable
+from jobs import COMMAND, DEFAULT_WAIT, Claim, ClaimLost, Command, JobsError, Queue, Registry, State, UnknownCallable
 from jobs.retry import WaitStrategy
 from supervisor import forking, harvest, limits, liveness, sweeper
-from supervisor.child import run_attempt
+from supervisor.child import run_attempt, run_command
 from supervisor.errors import ConfigError
 from supervisor.harvest import Running
 from supervisor.signals import SignalPipe
@@ -49,7 +50,7 @@ class Settings:
 
     concurrency: int = os.cpu_count() or 2
     lease: float = 30.0  # an owner silent this long loses its claims
-    sweep_interval: float = 5.0
+    sweep_interval: float = 0.0  # 0: a sixth of the lease, at most 5 s
     drain_timeout: float = 60.0  # how long running jobs may finish after a drain request
     kill_grace: float = 5.0  # between SIGTERM and SIGKILL
     poll_interval: float = 1.0  # safety-net rescan (NFS, missed events)
@@ -57,8 +58,11 @@ class Settings:
     horizon: float = 300.0  # --burst leaves jobs scheduled further ahead than this
     tmp_age: float = 3600.0  # a tmp/ entry older than this was abandoned
     retention: float | None = None  # purge done jobs older than this many seconds
+    commands: bool = True  # run command jobs (see `jobs.command`)
 
     def __post_init__(self) -> None:
+        if not self.sweep_interval:
+            object.__setattr__(self, "sweep_interval", min(5.0, self.lease / 6))
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll"):
@@ -71,9 +75,18 @@ class Settings:
 class Manager:
     """Claims jobs from a queue and runs each in a forked child."""
 
-    def __init__(self, queue: Queue | str | os.PathLike[str], registry: Registry, **settings: object) -> None:
+    def __init__(
+        self, queue: Queue | str | os.PathLike[str], registry: Registry | None = None, **settings: object
+    ) -> None:
+        """`settings` are the fields of `Settings`. Unless given, `lease` and `retention` come
+        from the queue's settings, and `commands` is on for a private queue and off for a
+        shared one (a command job runs anything its manager's user may). Without a
+        registry the manager runs command jobs only."""
         self.queue = queue if isinstance(queue, Queue) else Queue(queue, create=False)
-        self.registry = registry
+        self.registry = registry if registry is not None else Registry()
+        stored = self.queue.settings
+        settings = {"lease": stored["lease"], "retention": stored["retention"], **settings}
+        settings.setdefault("commands", not self.queue.folder.shared)
         self.settings = Settings(**settings)  # type: ignore[arg-type]  # checked by Settings itself
         self.running: dict[int, Running] = {}
         self.draining = False
@@ -279,15 +292,12 @@ class Manager:
 
     def _launch(self, claim: Claim) -> None:
         try:
-            registered = self.registry.get(claim.spec.function)
-        except UnknownCallable as exc:
+            body = self._child_body(claim)
+        except JobsError as exc:  # unknown function, malformed command
             self._finish_unstarted(claim, exc)
             return
         try:
-            pid = forking.start_child(
-                lambda: run_attempt(claim, registered, self.queue.folder.durable, self.queue.folder.file_mode),
-                self._manager_fds(),
-            )
+            pid = forking.start_child(body, self._manager_fds())
         except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
             self._fork_failed(claim, exc)
             return
@@ -295,6 +305,20 @@ class Manager:
         self.running[pid] = Running(pid, claim, time.monotonic(), time.time())
         log.info("%s started as pid %d", _job(claim), pid)
         self._set_title()
+
+    def _child_body(self, claim: Claim) -> Callable[[], int]:
+        """What the job's child will run; raise JobsError if it cannot run here at all."""
+        folder = self.queue.folder
+        if claim.spec.function == COMMAND:
+            if not self.settings.commands:
+                raise UnknownCallable(
+                    f"this manager does not run command jobs (the queue {folder.path} is shared); "
+                    "start it with --commands to allow them, then `forkvisor retry` the job"
+                )
+            command = Command.of(claim.spec)
+            return lambda: run_command(claim, command, folder.file_mode)
+        registered = self.registry.get(claim.spec.function)
+        return lambda: run_attempt(claim, registered, folder.durable, folder.file_mode)
 
     def _fork_failed(self, claim: Claim, exc: OSError) -> None:
         """Put the job back and stop claiming for a growing while, so a host out of

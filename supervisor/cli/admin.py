@@ -1,0 +1,218 @@
+"""Commands that change a queue or wait on it: init, config, drain, retry, cancel,
+purge, wait."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jobs import JobsError, Queue, State, format_duration
+from supervisor.cli.common import (
+    EXIT_JOB_DEAD,
+    EXIT_NOT_FOUND,
+    Commands,
+    Parser,
+    UsageError,
+    add_command,
+    add_queue,
+    duration,
+    open_queue,
+    positive_duration,
+    print_json,
+    stderr_is_terminal,
+    terminal_state,
+)
+from supervisor.manager import DRAIN_FILE
+
+SETTINGS = ("max_attempts", "timeout", "lease", "retention")
+
+
+def add_commands(commands: Commands[Parser]) -> None:
+    init = add_command(commands, "init", _init, "create a queue folder (or set the settings of an existing one)")
+    add_queue(init)
+    init.add_argument("--shared", action="store_true", help="group-writable queue (mode 2770) for several users")
+    init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it says (default 3)")
+    init.add_argument("--timeout", help="a job's timeout unless it says: 30s, 5m, none (default none)")
+    init.add_argument("--lease", help="silence after which a manager's claims are taken back (default 30s)")
+    init.add_argument("--retention", help="purge done jobs older than this: 7d, none (default none: keep)")
+
+    config = add_command(commands, "config", _config, "show or change a queue's settings")
+    add_queue(config)
+    config.add_argument("key", nargs="?", metavar="KEY", help=f"one of {', '.join(SETTINGS)}")
+    config.add_argument("value", nargs="?", metavar="VALUE", help="the new value (durations: 30s, 5m, 7d, none)")
+    config.add_argument("--json", action="store_true")
+
+    add_queue(add_command(commands, "drain", _drain, "ask every manager of the queue, on any host, to drain"))
+
+    retry = add_command(commands, "retry", _retry, "send dead jobs back to ready/ with fresh attempts")
+    add_queue(retry)
+    retry.add_argument("jobs", nargs="*", metavar="JOB")
+    retry.add_argument("--dead", action="store_true", help="every dead job (with --function: of that function)")
+    retry.add_argument("--function", metavar="F", help="with --dead: only jobs of this function")
+
+    cancel = add_command(commands, "cancel", _cancel, "cancel jobs: queued ones go to dead/, running ones are stopped")
+    add_queue(cancel)
+    cancel.add_argument("jobs", nargs="+", metavar="JOB")
+
+    purge = add_command(commands, "purge", _purge, "delete finished jobs older than a duration")
+    add_queue(purge)
+    purge.add_argument("--state", type=terminal_state, required=True, metavar="done|dead")
+    purge.add_argument("--older-than", type=duration, required=True, metavar="DURATION", help="e.g. 7d, 12h")
+    purge.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
+    purge.add_argument("--json", action="store_true")
+
+    wait = add_command(commands, "wait", _wait, "wait until jobs (default: all unfinished now) are done or dead")
+    add_queue(wait)
+    wait.add_argument("jobs", nargs="*", metavar="JOB", help="job ids; - reads them from stdin, one per line")
+    wait.add_argument("--timeout", type=positive_duration, metavar="DURATION", help="give up after (exit 124)")
+    wait.add_argument("--json", action="store_true", help="print each job's final state")
+
+
+# -- settings ---------------------------------------------------------------------------
+
+
+def _init(args: argparse.Namespace) -> int:
+    queue = Queue(args.queue, create=True, shared=args.shared)
+    changes = {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
+    if changes:
+        queue.configure(**changes)
+    print(queue.path)
+    return 0
+
+
+def _config(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    if args.key is not None and args.key not in SETTINGS:
+        raise UsageError(f"{args.key!r} is not a queue setting; the settings are: {', '.join(SETTINGS)}")
+    if args.value is not None:
+        queue.configure(**{args.key: args.value})
+    settings = queue.settings
+    if args.json:
+        print_json(settings if args.key is None else {args.key: settings[args.key]})
+    elif args.key is not None:
+        print(_shown(args.key, settings[args.key]))
+    else:
+        for key in SETTINGS:
+            print(f"{key:<13}{_shown(key, settings[key])}")
+    return 0
+
+
+def _shown(key: str, value: Any) -> str:
+    return str(value) if key == "max_attempts" else format_duration(value)
+
+
+def _drain(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    request = queue.path / DRAIN_FILE
+    staging = queue.path / f".{DRAIN_FILE}.{os.getpid()}"
+    staging.write_text(f"drain requested at {time.time()}\n")
+    os.replace(staging, request)  # a new file each time, so watching managers see a change
+    print(f"asked every manager of {queue.path} to drain")
+    return 0
+
+
+# -- operator actions on jobs -----------------------------------------------------------
+
+
+def _retry(args: argparse.Namespace) -> int:
+    if bool(args.jobs) == args.dead:
+        raise UsageError("name the jobs to retry, or give --dead for every dead job (not both)")
+    if args.function and not args.dead:
+        raise UsageError("--function selects among dead jobs: use it with --dead")
+    queue = open_queue(args)
+    ids = args.jobs or [job.id for job in queue.list(State.DEAD, function=args.function)]
+
+    def retry(job_id: str) -> str:
+        queue.retry(job_id)
+        return "ready again, attempts reset"
+
+    return _each(ids, retry)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+
+    def cancel(job_id: str) -> str:
+        if queue.cancel(job_id) is State.CLAIMED:
+            return "running: its manager stops it and moves it to dead/"
+        return "cancelled: moved to dead/"
+
+    return _each(args.jobs, cancel)
+
+
+def _each(ids: list[str], action: Callable[[str], str]) -> int:
+    """Apply `action` to every id, reporting each; one failure does not stop the rest."""
+    failed = 0
+    for job_id in ids:
+        try:
+            print(f"{job_id} {action(job_id)}")
+        except JobsError as exc:
+            print(f"forkvisor: {exc}", file=sys.stderr)
+            failed += 1
+    return EXIT_NOT_FOUND if failed else 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    ids = queue.purge(args.state, args.older_than, dry_run=args.dry_run)
+    if args.json:
+        print_json({"purged": [] if args.dry_run else ids, "would_purge": ids if args.dry_run else []})
+        return 0
+    verb = "would purge" if args.dry_run else "purged"
+    print(f"{verb} {len(ids)} {args.state.value} job(s) older than {format_duration(args.older_than)}")
+    for job_id in ids if args.dry_run else []:
+        print(job_id)
+    return 0
+
+
+# -- waiting ----------------------------------------------------------------------------
+
+
+def _wait(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    ids = _ids_from(args.jobs) if args.jobs else None  # None: every job unfinished now
+    progress = _ProgressBar() if stderr_is_terminal() else None
+    try:
+        finished = queue.wait(ids, timeout=args.timeout, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    if args.json:
+        print_json({job_id: found.value for job_id, found in finished.items()})
+    return EXIT_JOB_DEAD if State.DEAD in finished.values() else 0
+
+
+def _ids_from(names: list[str]) -> list[str]:
+    if names == ["-"]:
+        return [line.strip() for line in sys.stdin if line.strip()]
+    if "-" in names:
+        raise UsageError("- (ids from stdin) must be the only JOB argument")
+    return names
+
+
+class _ProgressBar:
+    """One line on the terminal, redrawn in place: [#####-----] 50/100 done 48 dead 2."""
+
+    WIDTH = 30
+
+    def __init__(self) -> None:
+        self._last = ""
+
+    def __call__(self, finished: dict[str, State], pending: int) -> None:
+        total = len(finished) + pending
+        dead = sum(1 for state in finished.values() if state is State.DEAD)
+        filled = self.WIDTH * len(finished) // total if total else self.WIDTH
+        line = f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {len(finished)}/{total}"
+        line += f" done {len(finished) - dead} dead {dead}"
+        if line != self._last:
+            sys.stderr.write(f"\r{line}")
+            sys.stderr.flush()
+            self._last = line
+
+    def close(self) -> None:
+        if self._last:
+            sys.stderr.write("\n")

@@ -1,0 +1,192 @@
+"""What every `forkvisor` command shares: the parser, argument types, exit codes,
+opening the queue, and formatting numbers for people."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from jobs import JobOptions, Queue, State, format_duration, parse_duration
+
+EXIT_OK = 0
+EXIT_JOB_DEAD = 1  # `wait`: a job it waited for ended in dead/
+EXIT_USAGE = 2  # a bad option, argument, id, JSON, duration or state name
+EXIT_NOT_FOUND = 3  # no such job, or the job is in a state that does not allow the action
+EXIT_ENVIRONMENT = 111  # the queue or the environment cannot be used
+EXIT_INTERNAL = 101  # a bug in forkvisor
+EXIT_TIMEOUT = 124  # `wait --timeout` ran out (as timeout(1) does)
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """Bad input on the command line; the message says what was wrong and how to fix it."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr, never the usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+Commands = argparse._SubParsersAction  # argparse names this type only privately
+
+
+def add_command(
+    commands: Commands[Parser], name: str, handler: Callable[[argparse.Namespace], int], text: str
+) -> Parser:
+    command: Parser = commands.add_parser(name, help=text, description=text)
+    command.set_defaults(command=handler)
+    return command
+
+
+def add_queue(command: argparse.ArgumentParser) -> None:
+    command.add_argument("queue", type=Path, metavar="QUEUE", help="the queue folder")
+
+
+def open_queue(args: argparse.Namespace, durable: bool = True) -> Queue:
+    return Queue(args.queue, create=False, durable=durable)
+
+
+# -- argument types: each raises ArgumentTypeError with a message that says how to fix it --
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_duration(text: str) -> float:
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0")
+    return seconds
+
+
+def state(text: str) -> State:
+    try:
+        return State(text.lower())
+    except ValueError:
+        names = ", ".join(s.value for s in State)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a state; the states are {names}") from None
+
+
+def terminal_state(text: str) -> State:
+    found = state(text)
+    if not found.terminal:
+        raise argparse.ArgumentTypeError(f"{text!r}: only done and dead jobs can be purged")
+    return found
+
+
+def json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc})") from None
+
+
+def moment(text: str) -> float:
+    """An ISO 8601 time (local time unless it says otherwise) or epoch seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give ISO 8601 (2026-12-01T09:30, 2026-12-01 09:30+01:00) or epoch seconds"
+        ) from None
+
+
+def size(text: str) -> int:
+    """Bytes in `512M`, `2G`, `100k` or a plain number."""
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
+    try:
+        number = float(cleaned[:-1]) * units[cleaned[-1]] if cleaned and cleaned[-1] in units else float(cleaned)
+    except ValueError:
+        number = -1
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: write bytes or 100k, 512M, 2G")
+    return int(number)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like KEY=VALUE")
+    return key, value
+
+
+# -- per-job options, shared by submit and enqueue ------------------------------------------
+
+
+def add_job_options(command: argparse.ArgumentParser) -> None:
+    group = command.add_argument_group("job options")
+    group.add_argument("--max-attempts", type=int, metavar="N", help="attempts before dead/ (default: the queue's)")
+    group.add_argument("--timeout", type=positive_duration, metavar="DURATION", help="e.g. 90, 30s, 5m, 2h")
+    group.add_argument("--priority", type=int, default=None, metavar="P", help="-100..100, higher first (0)")
+    when = group.add_mutually_exclusive_group()
+    when.add_argument("--delay", type=duration, metavar="DURATION", help="run no earlier than this from now")
+    when.add_argument("--at", type=moment, metavar="TIME", help="run no earlier than this (ISO 8601 or epoch)")
+    group.add_argument("--memory-limit", type=size, metavar="SIZE", help="stop the job above this RSS (512M)")
+    group.add_argument(
+        "--meta", type=key_value, action="append", default=[], metavar="KEY=VALUE", help="metadata (repeatable)"
+    )
+
+
+def job_options(args: argparse.Namespace) -> JobOptions:
+    metadata = {key: _maybe_json(value) for key, value in args.meta}
+    return JobOptions(
+        max_attempts=args.max_attempts,
+        timeout=args.timeout,
+        priority=args.priority,
+        delay=args.delay,
+        run_at=args.at,
+        memory_limit=args.memory_limit,
+        metadata=metadata or None,
+    )
+
+
+def _maybe_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text  # a plain word stays a string
+
+
+# -- output -------------------------------------------------------------------------
+
+
+def print_json(document: Any) -> None:
+    print(json.dumps(document, indent=None, default=str))
+
+
+def ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return format_duration(round(seconds / 60) * 60 if seconds < 86400 else round(seconds / 3600) * 3600)
+
+
+def megabytes(size_in_bytes: int | None) -> str:
+    return "-" if size_in_bytes is None else f"{size_in_bytes / 2**20:.1f}M"
+
+
+def when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,283 @@
+"""Commands that read a queue: status, list, show, logs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from jobs import COMMAND, Job, NotFinished, Queue, State, files, format_duration
+from jobs.folder import EVENTS_FILE
+from jobs.job import created_at
+from supervisor import snapshot
+from supervisor.cli.common import (
+    Commands,
+    Parser,
+    UsageError,
+    add_command,
+    add_queue,
+    ago,
+    megabytes,
+    open_queue,
+    positive_duration,
+    print_json,
+    state,
+    when,
+)
+
+MAX_EVENTS_BYTES = 1 << 20
+FOLLOW_POLL = 0.2
+
+
+def add_commands(commands: Commands[Parser]) -> None:
+    status = add_command(commands, "status", _status, "counts, managers and running jobs of a queue")
+    add_queue(status)
+    status.add_argument("--json", action="store_true", help="one JSON document (one per refresh with --watch)")
+    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument("--interval", type=positive_duration, default=1.0, help="--watch refresh period (1s)")
+
+    listing = add_command(commands, "list", _list, "list jobs, in claim order within each state")
+    add_queue(listing)
+    listing.add_argument("--state", type=state, help="ready, scheduled, claimed, done or dead (default: all)")
+    listing.add_argument("--function", metavar="F", help="only jobs of this function (forkvisor.command: commands)")
+    listing.add_argument("--limit", type=int, default=100, metavar="N", help="at most N jobs (0: all; default 100)")
+    listing.add_argument("--json", action="store_true")
+
+    show = add_command(commands, "show", _show, "one job: spec, state, every attempt, error, result, events")
+    add_queue(show)
+    show.add_argument("job", metavar="JOB")
+    show.add_argument("--json", action="store_true")
+
+    logs = add_command(commands, "logs", _logs, "print a job attempt's stdout (or stderr)")
+    add_queue(logs)
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--attempt", type=int, metavar="N", help="which run (default: the last)")
+    logs.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
+
+
+# -- status -------------------------------------------------------------------------------
+
+
+def _status(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    refresh = sys.stdout.isatty() and not args.json
+    while True:
+        taken = snapshot.take(queue)
+        if args.json:
+            print_json(taken.to_json())
+        else:
+            text = _status_text(taken)
+            print(f"\033[H\033[J{text}" if args.watch and refresh else text, flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.interval)  # a display refresh, not a wait for a condition
+        if not refresh and not args.json:
+            print()
+
+
+def _status_text(taken: snapshot.Snapshot) -> str:
+    counts = "  ".join(f"{name} {number}" for name, number in taken.counts.items())
+    lines = [f"queue {taken.queue}", counts, f"oldest ready job waiting: {ago(taken.oldest_ready_age)}", ""]
+    lines.append(f"managers ({len(taken.managers)}):" if taken.managers else "managers: none")
+    for manager in taken.managers:
+        state_note = " reaping" if manager.reaping else (" DEAD" if manager.alive is False else "")
+        lines.append(
+            f"  {manager.owner}  host {manager.host} pid {manager.pid}  heartbeat {ago(manager.heartbeat_age)} ago"
+            f" (lease {ago(manager.lease)}){state_note}"
+        )
+    lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
+    for job in taken.running:
+        lines.append(
+            f"  {job.id}  {job.function}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
+            f"  pid {job.pid or '-'}  cpu {'-' if job.cpu is None else f'{job.cpu:.2f}s'}  rss {megabytes(job.rss)}"
+        )
+    return "\n".join(lines)
+
+
+# -- list ---------------------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.limit < 0:
+        raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
+    queue = open_queue(args)
+    found = queue.list(args.state, function=args.function, limit=args.limit or None)
+    if args.json:
+        print_json([_summary(job) for job in found])
+        return 0
+    width = min(40, max((len(_what(job)) for job in found), default=8))
+    for job in found:
+        tries = f"{job.attempts}/{job.spec.max_attempts}"
+        print(f"{job.id}  {job.state.value:<9} {_what(job)[:width]:<{width}}  {tries}  {_detail(job)}")
+    if args.limit and len(found) == args.limit and sys.stderr.isatty():
+        print(f"(the first {args.limit}; --limit 0 lists all)", file=sys.stderr)
+    return 0
+
+
+def _what(job: Job) -> str:
+    """The function's name, or for a command job the command line."""
+    return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
+
+
+def _summary(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "state": job.state.value,
+        "function": job.function,
+        "attempts": job.attempts,
+        "max_attempts": job.spec.max_attempts,
+        "priority": job.spec.priority,
+        "created": job.spec.created or created_at(job.id),
+        "owner": job.owner,
+        "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
+    }
+
+
+def _detail(job: Job) -> str:
+    if job.state is State.DEAD:
+        return str((job.error or {}).get("message", ""))[:100]
+    if job.state is State.DONE:
+        return f"result {_short(job.result)}"
+    if job.state is State.CLAIMED:
+        return f"by {job.owner}"
+    if job.state is State.SCHEDULED and job.history:
+        return "retry pending"
+    return ""
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- show ---------------------------------------------------------------------------------
+
+
+def _show(args: argparse.Namespace) -> int:
+    job = open_queue(args).job(args.job)
+    events = _events(job.path)
+    if args.json:
+        print_json(_full(job, events))
+        return 0
+    spec = job.spec
+    print(f"job       {job.id}")
+    print(f"state     {job.state.value}" + (f" (held by {job.owner})" if job.owner else ""))
+    if spec.function == COMMAND:
+        print(f"command   {_what(job)[2:]}")
+    else:
+        print(f"function  {spec.function}")
+        print(f"args      {_short(list(spec.args), 200)}")
+    if spec.kwargs:
+        print(f"kwargs    {_short(dict(spec.kwargs), 200)}")
+    timeout = format_duration(spec.timeout)
+    print(f"attempts  {job.attempts}/{spec.max_attempts}   priority {spec.priority}   timeout {timeout}")
+    print(f"created   {when(spec.created or created_at(job.id))}")
+    if spec.metadata:
+        print(f"metadata  {_short(dict(spec.metadata), 200)}")
+    if job.state is State.DONE:
+        print(f"result    {_short(job.result, 500)}")
+    if job.error:
+        print(f"error     {job.error.get('reason', '')}: {job.error.get('message', '')}")
+    for attempt in job.history:
+        print(_attempt_line(attempt.number, attempt.outcome))
+    print("events:")
+    for line in events:
+        print(f"  {line}")
+    return 0
+
+
+def _attempt_line(number: int, outcome: Any) -> str:
+    if not isinstance(outcome, dict):
+        return f"run {number}: running (or never harvested)"
+    line = f"run {number}: {outcome.get('status', '?')}"
+    if outcome.get("limit"):
+        line += f" at its {outcome['limit']} limit"
+    if "wall_time" in outcome:
+        cpu = (outcome.get("cpu_user") or 0) + (outcome.get("cpu_system") or 0)
+        rss = (outcome.get("max_rss_kb") or 0) / 1024
+        line += f", {outcome['wall_time']:.3f}s wall, {cpu:.3f}s cpu, max rss {rss:.1f}M"
+        line += f", pid {outcome.get('pid')} on {outcome.get('host')}"
+    if outcome.get("released"):
+        line += " (released: attempt not counted)"
+    error = outcome.get("error")
+    if isinstance(error, dict) and error.get("message"):
+        line += f"\n    {error.get('type', 'error')}: {error['message']}"
+    return line
+
+
+def _full(job: Job, events: list[str]) -> dict[str, Any]:
+    return {
+        **_summary(job),
+        "spec": {
+            "function": job.spec.function,
+            "args": list(job.spec.args),
+            "kwargs": dict(job.spec.kwargs),
+            "timeout": job.spec.timeout,
+            "memory_limit": job.spec.memory_limit,
+            "metadata": dict(job.spec.metadata),
+        },
+        "result": job.result,
+        "error": job.error,
+        "history": [{"run": attempt.number, "outcome": attempt.outcome} for attempt in job.history],
+        "events": events,
+    }
+
+
+def _events(job_dir: Path) -> list[str]:
+    try:
+        data = files.read_limited(job_dir / EVENTS_FILE, MAX_EVENTS_BYTES)
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()
+
+
+# -- logs ---------------------------------------------------------------------------------
+
+
+def _logs(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    job = queue.job(args.job)
+    if not job.history:
+        raise NotFinished(f"job {job.id} has not run yet (it is {job.state.value}): it has no logs")
+    runs = {attempt.number: attempt for attempt in job.history}
+    number = args.attempt if args.attempt is not None else max(runs)
+    if number not in runs:
+        raise UsageError(f"job {job.id} has no run {number}; its runs are {', '.join(map(str, sorted(runs)))}")
+    name = "stderr" if args.stderr else "stdout"
+    try:
+        fd = os.open(runs[number].path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return 0  # the run wrote nothing there (or had not started)
+    with os.fdopen(fd, "rb") as log:  # the descriptor follows the file when the job moves
+        _copy(log)
+        if args.follow:
+            _follow(queue, job.id, runs[number].path.name, log)
+    return 0
+
+
+def _follow(queue: Queue, job_id: str, attempt_name: str, log: BinaryIO) -> None:
+    """Keep copying until the run is harvested (its outcome.json appears) or the job leaves claimed/."""
+    while True:
+        job = queue.job(job_id)
+        harvested = (job.path / attempt_name / "outcome.json").exists()
+        if job.state is not State.CLAIMED or harvested:
+            _copy(log)
+            return
+        if not _copy(log):
+            time.sleep(FOLLOW_POLL)  # `tail -f` polls too; a log has no end to wait for
+
+
+def _copy(log: BinaryIO) -> bool:
+    """Copy what is new in `log` to stdout; whether there was anything."""
+    chunk = log.read()
+    if not chunk:
+        return False
+    sys.stdout.buffer.write(chunk)
+    sys.stdout.buffer.flush()
+    return True

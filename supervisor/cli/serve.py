@@ -1,0 +1,110 @@
+"""`forkvisor run` and `forkvisor demo`: the commands that run a manager."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from jobs import Call, JobOptions, Queue, Registry
+from supervisor.cli.common import Commands, Parser, add_command, add_queue, positive_duration
+from supervisor.errors import AppNotFound
+from supervisor.manager import Manager
+
+
+def add_commands(commands: Commands[Parser]) -> None:
+    _add_run(commands)
+    demo = add_command(commands, "demo", _demo, "create a demo queue, enqueue a mix of jobs, run them, show the end")
+    demo.add_argument("--dir", type=Path, help="where to create the queue (default: a new temporary folder)")
+    demo.set_defaults(log_default="INFO")
+
+
+def _add_run(commands: Commands[Parser]) -> None:
+    run = add_command(commands, "run", _run, "run a manager on a queue")
+    add_queue(run)
+    run.set_defaults(log_default="INFO")
+    run.add_argument("--app", help="MODULE:REGISTRY, the registry of functions jobs may call (none: commands only)")
+    run.add_argument("--concurrency", "-c", type=int, default=os.cpu_count() or 2, help="children at once")
+    run.add_argument("--burst", action="store_true", help="exit once nothing is ready, claimed or due soon")
+    run.add_argument(
+        "--commands",
+        action=argparse.BooleanOptionalAction,
+        help="run command jobs (default: yes on a private queue, no on a shared one)",
+    )
+    timing = run.add_argument_group("timing (durations: 90, 30s, 5m, 2h, 7d)")
+    timing.add_argument("--horizon", type=positive_duration, default=300.0, help="--burst leaves later jobs (5m)")
+    timing.add_argument("--lease", type=positive_duration, help="silence before claims are taken back (queue's)")
+    timing.add_argument("--sweep-interval", type=positive_duration, help="between sweeps (a sixth of the lease)")
+    timing.add_argument("--drain-timeout", type=positive_duration, default=60.0, help="running jobs' time on a drain")
+    timing.add_argument("--kill-grace", type=positive_duration, default=5.0, help="between SIGTERM and SIGKILL")
+    timing.add_argument("--poll-interval", type=positive_duration, default=1.0, help="safety-net rescan of the queue")
+    timing.add_argument("--retention", type=positive_duration, help="purge done jobs older than this (queue's)")
+    run.add_argument("--no-durable", action="store_true", help="skip fsync (survives crashes, not power loss)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    registry = load_app(args.app) if args.app else None
+    queue = Queue(args.queue, create=False, durable=not args.no_durable)
+    optional = {"lease": args.lease, "sweep_interval": args.sweep_interval, "retention": args.retention}
+    optional["commands"] = args.commands
+    manager = Manager(
+        queue,
+        registry,
+        concurrency=args.concurrency,
+        horizon=args.horizon,
+        drain_timeout=args.drain_timeout,
+        kill_grace=args.kill_grace,
+        poll_interval=args.poll_interval,
+        **{name: value for name, value in optional.items() if value is not None},
+    )
+    return manager.run(burst=args.burst)
+
+
+def load_app(spec: str) -> Registry:
+    """Import `module:attribute` (the current folder is importable) and check it is a Registry."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise AppNotFound(f"--app {spec!r} must look like MODULE:REGISTRY, e.g. tasks:registry")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AppNotFound(f"--app {spec}: cannot import {module_name} ({exc})") from None
+    registry = getattr(module, attribute, None)
+    if not isinstance(registry, Registry):
+        raise AppNotFound(f"--app {spec}: {module_name}.{attribute} is {type(registry).__name__}, not a jobs.Registry")
+    return registry
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from supervisor import demo
+
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="forkvisor-demo-"))
+    queue = Queue(folder)
+    ids = queue.enqueue_many(_demo_calls())
+    print(f"demo queue: {queue.path} ({len(ids)} jobs enqueued); running a manager in burst mode\n")
+    Manager(queue, demo.registry, concurrency=2, lease=10, sweep_interval=1).run(burst=True)
+    print()
+    for job_id in ids:
+        job = queue.job(job_id)
+        outcome = (job.history[-1].outcome or {}) if job.history else {}
+        detail = json.dumps(job.result) if job.result is not None else (job.error or {}).get("message", "")
+        print(f"{job.id}  {job.function:<14} {job.state.value:<5} attempts {job.attempts}  "
+              f"{outcome.get('status', '-'):<18} {str(detail)[:60]}")  # fmt: skip
+    print(f"\n{queue.counts()}\nlook inside: ls {queue.path}/done {queue.path}/dead; cat {queue.path}/dead/*/events")
+    return 0
+
+
+def _demo_calls() -> list[Call]:
+    from supervisor import demo
+
+    calls = [Call(demo.checksum, (f"document {n}",)) for n in range(6)]
+    calls += [Call(demo.flaky, (0.6,)) for _ in range(3)]
+    calls += [Call(demo.slow, (0.5,)), Call(demo.crash), Call(demo.validate, ("seven",))]
+    calls.append(Call(demo.validate, (7,), options=JobOptions(priority=10)))
+    return calls
