@@ -50,7 +50,7 @@ def command_call(
     if cwd is not None:
         kwargs["cwd"] = cwd
     if env:
-        kwargs["env"] = dict(env)
+        kwargs["env"] = dict(env) if isinstance(env, Mapping) else env  # _checked says what is wrong
     _checked(tuple(argv), kwargs)
     return Call(COMMAND, tuple(argv), kwargs, options or JobOptions())
 

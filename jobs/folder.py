@@ -59,7 +59,11 @@ class QueueFolder:
         if not self.path.exists():
             if not create:
                 raise QueueError(f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)")
-            self._mkdir(self.path, 0o2770 if shared else 0o700)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)  # as `mkdir -p`, with the umask's modes
+                self._mkdir(self.path, 0o2770 if shared else 0o700)
+            except OSError as exc:
+                raise QueueError(f"cannot create queue {self.path}: {exc.strerror or exc}") from None
         elif not self.path.is_dir():
             raise QueueError(f"cannot open queue {self.path}: it is not a folder")
         marker_path = self.path / MARKER
@@ -219,6 +223,8 @@ class QueueFolder:
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         try:
             self.append_line(job_dir / EVENTS_FILE, f"{stamp} {event}")
+        except FileNotFoundError:
+            log.debug("job %s moved before its event %r was logged", job_dir.name, event)
         except OSError as exc:
             log.warning("cannot append to the events log of %s: %s", job_dir, exc)
 

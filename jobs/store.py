@@ -279,11 +279,12 @@ class Queue:
             return State.DEAD
         due = now + max(0.0, delay)
         target = self._waiting_place(claim.spec, due, now)
+        what = "ready" if target.parent.name == State.READY.value else f"retry in {delay:.1f}s"
+        # Logged before the move: once in ready/, another manager may claim the job at once.
+        self.folder.log_event(claim.path, f"failed: attempt {claim.attempts}/{claim.spec.max_attempts}, {what}", now)
         self._move_claimed(claim, target, "fail")
         if target.parent.name == State.READY.value:
             self._index.add(target.name)
-        what = "ready" if target.parent.name == State.READY.value else f"retry in {delay:.1f}s"
-        self.folder.log_event(target, f"failed: attempt {claim.attempts}/{claim.spec.max_attempts}, {what}", now)
         return State(target.parent.name)
 
     def release(self, claim: Claim, now: float | None = None, reason: str = "released") -> None:
@@ -298,9 +299,9 @@ class Queue:
             raise self._lost(claim, "release") from None
         files.checkpoint("release:uncounted")
         target = self.folder.state_dir(State.READY) / ready_name(claim.job_id, claim.spec.priority)
+        self.folder.log_event(claim.path, f"{reason}: run {claim.attempt} stopped, attempt not counted", now)
         self._move_claimed(claim, target, "release")
         self._index.add(target.name)
-        self.folder.log_event(target, f"{reason}: run {claim.attempt} stopped, attempt not counted", now)
 
     def _cancelled(self, claim: Claim, now: float) -> bool:
         """Bury a claimed job that an operator cancelled; a cancelled job never runs again."""
@@ -437,9 +438,9 @@ class Queue:
         self.folder.write_counter(path, 0)
         (path / CANCEL_FILE).unlink(missing_ok=True)
         target = self.folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
+        self.folder.log_event(path, "ready: retried by an operator, attempts reset", now)
         self.folder.move(path, target)
         self._index.add(target.name)
-        self.folder.log_event(target, "ready: retried by an operator, attempts reset", now)
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------
 

@@ -146,9 +146,9 @@ def _revert_job(
         folder.bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
     else:
         target = folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
+        folder.log_event(job_dir, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
         folder.move(job_dir, target)
         on_ready(target.name)
-        folder.log_event(target, f"ready: claim reverted, {cause}", now)
 
 
 def _mark_lost_attempt(folder: QueueFolder, job_dir: Path, cause: str) -> None:

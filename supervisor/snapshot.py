@@ -9,13 +9,14 @@ working, so it may be a moment out of date, never wrong about what it shows.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from jobs import InvalidJob, Owner, Queue, State, view
+from jobs import COMMAND, InvalidJob, Job, Owner, Queue, State, view
 from jobs.job import created_at
 from jobs.lease import OWNER_FILE, REAPING_PREFIX
 from supervisor import liveness
@@ -37,6 +38,7 @@ class ManagerInfo:
 class RunningJob:
     id: str
     function: str
+    what: str  # the function, or a command job's command line
     attempt: int
     max_attempts: int
     owner: str
@@ -70,6 +72,11 @@ def take(queue: Queue) -> Snapshot:
     return Snapshot(str(queue.path), queue.counts(), managers, running, _oldest_ready_age(queue, now))
 
 
+def describe(job: Job) -> str:
+    """How people see a job: its function's name, or a command job's command line."""
+    return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
+
+
 def _read_owner(owner_dir: Path) -> Owner | None:
     try:
         return Owner.from_json((owner_dir / OWNER_FILE).read_bytes())
@@ -100,7 +107,9 @@ def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float) -> li
         cpu, rss = _tree_usage(pid, owner.pid) if local and pid is not None else (None, None)
         age = None if started is None else max(0.0, now - started)
         found.append(
-            RunningJob(job_id, job.function, job.attempts, job.spec.max_attempts, owner.name, age, pid, cpu, rss)
+            RunningJob(
+                job_id, job.function, describe(job), job.attempts, job.spec.max_attempts, owner.name, age, pid, cpu, rss
+            )
         )
     return found
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -83,18 +82,19 @@ def _status(args: argparse.Namespace) -> int:
 
 def _status_text(taken: snapshot.Snapshot) -> str:
     counts = "  ".join(f"{name} {number}" for name, number in taken.counts.items())
-    lines = [f"queue {taken.queue}", counts, f"oldest ready job waiting: {ago(taken.oldest_ready_age)}", ""]
+    waiting = "none ready" if taken.oldest_ready_age is None else ago(taken.oldest_ready_age)
+    lines = [f"queue {taken.queue}", counts, f"oldest ready job waiting: {waiting}", ""]
     lines.append(f"managers ({len(taken.managers)}):" if taken.managers else "managers: none")
     for manager in taken.managers:
         state_note = " reaping" if manager.reaping else (" DEAD" if manager.alive is False else "")
         lines.append(
             f"  {manager.owner}  host {manager.host} pid {manager.pid}  heartbeat {ago(manager.heartbeat_age)} ago"
-            f" (lease {ago(manager.lease)}){state_note}"
+            f" (lease {format_duration(manager.lease)}){state_note}"
         )
     lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
     for job in taken.running:
         lines.append(
-            f"  {job.id}  {job.function}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
+            f"  {job.id}  {job.what[:40]}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
             f"  pid {job.pid or '-'}  cpu {'-' if job.cpu is None else f'{job.cpu:.2f}s'}  rss {megabytes(job.rss)}"
         )
     return "\n".join(lines)
@@ -111,18 +111,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print_json([_summary(job) for job in found])
         return 0
-    width = min(40, max((len(_what(job)) for job in found), default=8))
+    width = min(40, max((len(snapshot.describe(job)) for job in found), default=8))
     for job in found:
         tries = f"{job.attempts}/{job.spec.max_attempts}"
-        print(f"{job.id}  {job.state.value:<9} {_what(job)[:width]:<{width}}  {tries}  {_detail(job)}")
+        print(f"{job.id}  {job.state.value:<9} {snapshot.describe(job)[:width]:<{width}}  {tries}  {_detail(job)}")
     if args.limit and len(found) == args.limit and sys.stderr.isatty():
         print(f"(the first {args.limit}; --limit 0 lists all)", file=sys.stderr)
     return 0
-
-
-def _what(job: Job) -> str:
-    """The function's name, or for a command job the command line."""
-    return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
 
 
 def _summary(job: Job) -> dict[str, Any]:
@@ -169,7 +164,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"job       {job.id}")
     print(f"state     {job.state.value}" + (f" (held by {job.owner})" if job.owner else ""))
     if spec.function == COMMAND:
-        print(f"command   {_what(job)[2:]}")
+        print(f"command   {snapshot.describe(job)[2:]}")
     else:
         print(f"function  {spec.function}")
         print(f"args      {_short(list(spec.args), 200)}")

@@ -51,6 +51,18 @@ def test_create_in_an_existing_empty_folder(tmp_path: Path) -> None:
     assert (path / "ready").is_dir()
 
 
+def test_create_makes_missing_parent_folders(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / "spool" / "reports", create=True)
+    assert (queue.path / "queue.json").is_file()
+    assert stat.S_IMODE(os.stat(queue.path).st_mode) == 0o700
+
+
+def test_create_under_a_file_says_why_it_cannot(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("not a folder")
+    with pytest.raises(QueueError, match=r"cannot create queue .*plain/q"):
+        Queue(tmp_path / "plain" / "q", create=True)
+
+
 def test_relative_path_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     queue = Queue("rel", create=True)
