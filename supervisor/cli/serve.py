@@ -10,10 +10,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jobs import Call, JobOptions, Queue, Registry
+from jobs import Call, JobOptions, Queue, Registry, command_call
 from supervisor.cli.common import Commands, Parser, add_command, add_queue, positive_duration
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
+from supervisor.snapshot import describe
 
 
 def add_commands(commands: Commands[Parser]) -> None:
@@ -94,9 +95,11 @@ def _demo(args: argparse.Namespace) -> int:
         job = queue.job(job_id)
         outcome = (job.history[-1].outcome or {}) if job.history else {}
         detail = json.dumps(job.result) if job.result is not None else (job.error or {}).get("message", "")
-        print(f"{job.id}  {job.function:<14} {job.state.value:<5} attempts {job.attempts}  "
-              f"{outcome.get('status', '-'):<18} {str(detail)[:60]}")  # fmt: skip
-    print(f"\n{queue.counts()}\nlook inside: ls {queue.path}/done {queue.path}/dead; cat {queue.path}/dead/*/events")
+        print(f"{job.id}  {describe(job)[:22]:<22} {job.state.value:<5} attempts {job.attempts}  "
+              f"{outcome.get('status', '-'):<18} {str(detail)[:50]}")  # fmt: skip
+    prog = sys.argv[0] if sys.argv[0].endswith("forkvisor") else "forkvisor"  # as the user typed it
+    print(f"\n{queue.counts()}\nlook inside: {prog} list {queue.path}; {prog} show {queue.path} {ids[-1]}")
+    print(f"or with ls and cat: ls {queue.path}/done {queue.path}/dead; cat {queue.path}/dead/*/events")
     return 0
 
 
@@ -107,4 +110,5 @@ def _demo_calls() -> list[Call]:
     calls += [Call(demo.flaky, (0.6,)) for _ in range(3)]
     calls += [Call(demo.slow, (0.5,)), Call(demo.crash), Call(demo.validate, ("seven",))]
     calls.append(Call(demo.validate, (7,), options=JobOptions(priority=10)))
+    calls.append(command_call(["sh", "-c", 'echo "a command job: $FORKVISOR_JOB_ID"']))
     return calls
