@@ -109,10 +109,14 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE)
     """Atomically set the content of `path`: write a dot-file beside it, rename over."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write_new(tmp, data, durable=durable, mode=mode)
-    except FileExistsError:  # a previous run of this pid died mid-write
-        tmp.unlink()
-        write_new(tmp, data, durable=durable, mode=mode)
+        try:
+            write_new(tmp, data, durable=durable, mode=mode)
+        except FileExistsError:  # a previous run of this pid died mid-write
+            tmp.unlink()
+            write_new(tmp, data, durable=durable, mode=mode)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # disk full, say: leave no half-written dot-file behind
+        raise
     os.replace(tmp, path)
     if durable:
         fsync_dir(path.parent)
@@ -120,8 +124,11 @@ def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE)
 
 def append_line(path: Path, line: str, mode: int = PRIVATE) -> None:
     """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    # O_NONBLOCK: a fifo planted in the file's place must not block the writer.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
     try:
+        if not _is_regular(fd):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         _widen(fd, mode)
         _write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
     finally:

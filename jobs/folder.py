@@ -47,7 +47,10 @@ class QueueFolder:
     def __init__(self, path: str | os.PathLike[str], *, create: bool, durable: bool, shared: bool) -> None:
         self.path = Path(path).absolute()
         self.durable = durable
-        marker = self._open_or_create(create, shared)
+        try:
+            marker = self._open_or_create(create, shared)
+        except PermissionError as exc:
+            raise QueueError(f"cannot open queue {self.path}: {exc.strerror} ({exc.filename or exc})") from None
         self.shared = bool(marker.get("shared", False))
         self.defaults = self._settings(marker)
         self.dir_mode = 0o2770 if self.shared else 0o700
@@ -76,7 +79,7 @@ class QueueFolder:
         return marker
 
     def _initialise(self, shared: bool) -> None:
-        stray = sorted(name for name in os.listdir(self.path) if name != MARKER)
+        stray = sorted(name for name in os.listdir(self.path) if name != MARKER and not _is_marker_staging(name))
         if stray:
             raise QueueError(
                 f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
@@ -85,7 +88,12 @@ class QueueFolder:
         document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": config.DEFAULTS}
         data = json.dumps(document, indent=1).encode() + b"\n"
         tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
-        files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
+        tmp.unlink(missing_ok=True)  # left by an earlier attempt of this pid
+        try:
+            files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # a failed init (disk full) must not block the next one
+            raise QueueError(f"cannot create a queue in {self.path}: writing {MARKER} failed: {exc.strerror}") from None
         try:
             os.link(tmp, self.path / MARKER)  # link, not rename: a racing creator's marker wins
         except FileExistsError:
@@ -114,13 +122,16 @@ class QueueFolder:
     def _ensure_state_folders(self, mode: int) -> None:
         for name in (TMP, QUARANTINE, *(state.value for state in State)):
             folder = self.path / name
+            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                raise QueueError(
+                    f"cannot open queue {self.path}: {name}/ is not a plain folder (a link or a file); "
+                    "a queue's folders must be its own, so move it away and let forkvisor create it"
+                )
             if not folder.is_dir():
                 try:
                     self._mkdir(folder, mode)
-                except PermissionError:
-                    raise QueueError(
-                        f"cannot open queue {self.path}: cannot create {name}/ (permission denied)"
-                    ) from None
+                except OSError as exc:
+                    raise QueueError(f"cannot open queue {self.path}: cannot create {name}/ ({exc.strerror})") from None
 
     def _mkdir(self, path: Path, mode: int) -> None:
         try:
@@ -236,15 +247,28 @@ class QueueFolder:
 
         Raises FileNotFoundError when `job_dir` is gone (someone else moved it).
         """
+        self.clear_the_way(job_dir, ERROR_FILE, now)
         self.write_json(job_dir / ERROR_FILE, cause)
+        self.clear_the_way(job_dir, RESULT_FILE, now)
         (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale owner's result never stands for this job
         target = self.state_dir(State.DEAD) / job_id
+        # Logged before the move, so a kill right after it cannot leave the story without its end.
+        self.log_event(job_dir, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
         self.move(job_dir, target)
-        self.log_event(target, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
         log.info("job %s is dead: %s", job_id, cause.get("message") or cause.get("reason"))
         return target
 
     # -- quarantine -----------------------------------------------------------
+
+    def clear_the_way(self, job_dir: Path, name: str, now: float) -> None:
+        """Quarantine a folder standing where the file `job_dir/name` belongs: renaming a new
+        file over it would fail for ever. (A link or fifo there is simply replaced.)"""
+        try:
+            mode = os.lstat(job_dir / name).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(mode):
+            self.quarantine(job_dir, name, f"{name} of job {job_dir.name} was a folder, not a file", now)
 
     def quarantine(self, folder: Path, name: str, why: str, now: float) -> Path | None:
         """Move entry `name` of `folder` aside with a note; None if it was gone already."""
@@ -261,6 +285,11 @@ class QueueFolder:
         self.write_new(target.with_name(target.name + ".why"), note.encode("utf-8", "backslashreplace"))
         log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
         return target
+
+
+def _is_marker_staging(name: str) -> bool:
+    """A marker being written (or left by an init that failed): `.queue.json.PID.tmp`."""
+    return name.startswith(f".{MARKER}.") and name.endswith(".tmp")
 
 
 def entry_problem(folder: Path, name: str) -> str | None:
@@ -280,11 +309,12 @@ def filesystem_now(path: Path, mode: int = files.PRIVATE) -> float:
     """The file system's clock: touch a file in `path` and read back its mtime."""
     clock = path / ".clock"
     try:
-        os.utime(clock)
-    except FileNotFoundError:
-        files.append_line(clock, "", mode)
+        try:
+            os.utime(clock, follow_symlinks=False)  # a planted link must not touch a file elsewhere
+        except FileNotFoundError:
+            files.append_line(clock, "", mode)
+        return os.lstat(clock).st_mtime
     except OSError as exc:
-        if exc.errno != errno.EROFS:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
-        return time.time()
-    return os.stat(clock).st_mtime
+        return time.time()  # a reader that may not write (status on a read-only queue): the local clock

@@ -125,7 +125,7 @@ class Queue:
     def heartbeat(self, owner: str) -> None:
         """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
         try:
-            os.utime(self.folder.state_dir(State.CLAIMED) / owner / OWNER_FILE)
+            os.utime(self.folder.state_dir(State.CLAIMED) / owner / OWNER_FILE, follow_symlinks=False)
         except FileNotFoundError:
             raise ClaimLost(
                 f"owner {owner} of queue {self.path} was reaped: a sweeper judged its lease expired "
@@ -238,17 +238,20 @@ class Queue:
     def complete(self, claim: Claim, now: float | None = None) -> None:
         """Move a claimed job to `done/`, with its attempt's result as `result.json`."""
         now = time.time() if now is None else now
-        self._link_result(claim)
+        self._link_result(claim, now)
         files.checkpoint("complete:result-linked")
         target = self.folder.state_dir(State.DONE) / claim.job_id
+        # Logged first: a kill right after the move must not leave the story without its end.
+        self.folder.log_event(claim.path, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
         self._move_claimed(claim, target, "complete")
-        self.folder.log_event(target, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
 
-    def _link_result(self, claim: Claim) -> None:
+    def _link_result(self, claim: Claim, now: float) -> None:
         """Make `result.json` the completing run's result, or remove one a lost run left."""
         source = claim.attempt_path / RESULT_FILE
         staging = claim.path / f".{RESULT_FILE}.link"
         try:
+            for name in (RESULT_FILE, staging.name):
+                self.folder.clear_the_way(claim.path, name, now)
             staging.unlink(missing_ok=True)
             if not source.exists():
                 (claim.path / RESULT_FILE).unlink(missing_ok=True)
@@ -436,6 +439,7 @@ class Queue:
             raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
         spec = self.folder.read_spec(path, job_id)
         self.folder.write_counter(path, 0)
+        self.folder.clear_the_way(path, CANCEL_FILE, now)
         (path / CANCEL_FILE).unlink(missing_ok=True)
         target = self.folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
         self.folder.log_event(path, "ready: retried by an operator, attempts reset", now)

@@ -91,8 +91,8 @@ def return_unheld(
 
 def _revert_all(folder: QueueFolder, fenced: Path, cause: str, now: float, on_ready: Callable[[str], None]) -> int:
     reverted = _revert_jobs(folder, fenced, cause, now, on_ready, keep={OWNER_FILE})
-    (fenced / OWNER_FILE).unlink(missing_ok=True)
     try:
+        (fenced / OWNER_FILE).unlink(missing_ok=True)
         fenced.rmdir()
     except FileNotFoundError:
         pass  # another sweeper finished this reap
@@ -109,6 +109,9 @@ def _revert_jobs(
         names = os.listdir(parent)
     except FileNotFoundError:
         return 0  # another sweeper finished this reap
+    except OSError as exc:  # one unreadable owner folder must not stop the rest of the sweep
+        log.error("cannot list %s to return its jobs: %s; fix its permissions", parent, exc)
+        return 0
     for name in names:
         if name in keep:
             continue
@@ -138,6 +141,7 @@ def _revert_job(
         folder.bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
         return
     _mark_lost_attempt(folder, job_dir, cause)
+    folder.clear_the_way(job_dir, RESULT_FILE, now)
     (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a lost completion's result never stands
     if (job_dir / CANCEL_FILE).exists():
         folder.bury(job_dir, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)

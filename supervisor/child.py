@@ -25,7 +25,7 @@ from pathlib import Path
 from setproctitle import setproctitle
 
 from jobs import CannotComplete, Claim, Command, Registered
-from jobs.files import write_new
+from jobs.files import replace_file, write_new
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK
 
 CHILD_ERROR_FILE = "error.json"
@@ -40,14 +40,14 @@ def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: 
     try:
         value = registered.fn(*spec.args, **spec.kwargs)
     except CannotComplete as exc:
-        return _failed(claim.attempt_path, exc, EXIT_CANNOT_COMPLETE)
+        return _failed(claim.attempt_path, exc, EXIT_CANNOT_COMPLETE, file_mode)
     except SystemExit as exc:
         if exc.code in (None, 0):
             return EXIT_OK
         code = exc.code if isinstance(exc.code, int) and 1 <= exc.code <= 255 else EXIT_FAILED
-        return _failed(claim.attempt_path, exc, code)  # an exit status is 8 bits: 256 would read as success
+        return _failed(claim.attempt_path, exc, code, file_mode)  # an exit status is 8 bits: 256 would read as success
     except BaseException as exc:
-        return _failed(claim.attempt_path, exc, EXIT_FAILED)
+        return _failed(claim.attempt_path, exc, EXIT_FAILED, file_mode)
     finally:
         _flush()
     return _write_result(claim.attempt_path, value, durable, file_mode)
@@ -63,15 +63,28 @@ def run_command(claim: Claim, command: Command, file_mode: int = 0o600) -> int:
         for signum in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(signum, signal.SIG_DFL)  # Python ignores these; the program must not inherit that
         if command.cwd is not None:
-            os.chdir(command.cwd)
+            _enter(command.cwd)
         os.execvpe(command.argv[0], command.argv, {**os.environ, **command.env})
+    except CannotRun as exc:
+        return _failed(claim.attempt_path, exc, EXIT_CANNOT_EXEC, file_mode)
     except OSError as exc:
-        where = f" in {command.cwd}" if command.cwd else ""
-        error = OSError(exc.errno, f"cannot run {command.argv[0]!r}{where}: {exc.strerror}")
-        return _failed(claim.attempt_path, error, EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC)
+        error = CannotRun(f"cannot run {command.argv[0]!r}: {exc.strerror}")
+        code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC
+        return _failed(claim.attempt_path, error, code, file_mode)
     finally:
         _flush()
     return EXIT_CANNOT_EXEC  # not reached: exec returns only by raising
+
+
+class CannotRun(Exception):
+    """A command job's program could not be started (the outcome's error type)."""
+
+
+def _enter(folder: str) -> None:
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
 def _begin(claim: Claim, file_mode: int) -> None:
@@ -109,25 +122,31 @@ def _write_result(attempt: Path, value: object, durable: bool, file_mode: int) -
         data = json.dumps(value, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         message = f"the return value cannot be encoded as JSON ({exc}); return plain data (dict, list, str, number)"
-        return _failed(attempt, TypeError(message), EXIT_FAILED)
+        return _failed(attempt, TypeError(message), EXIT_FAILED, file_mode)
     try:
         write_new(attempt / "result.json", data + b"\n", durable=durable, mode=file_mode)
     except OSError as exc:  # disk full, say: a truncated result must never complete the job
         (attempt / "result.json").unlink(missing_ok=True)
-        return _failed(attempt, OSError(exc.errno, f"cannot write result.json: {exc.strerror}"), EXIT_FAILED)
+        error = OSError(exc.errno, f"cannot write result.json: {exc.strerror}")
+        return _failed(attempt, error, EXIT_FAILED, file_mode)
     return EXIT_OK
 
 
-def _failed(attempt: Path, exc: BaseException, code: int) -> int:
-    """Record the exception for the manager, print its traceback to stderr, return `code`."""
+def _failed(attempt: Path, exc: BaseException, code: int, file_mode: int) -> int:
+    """Record the exception for the manager, print its traceback to stderr, return `code`.
+    Neither may fail the protocol: on a full disk the exit status alone still tells."""
     trace = "".join(traceback.format_exception(exc))
-    sys.stderr.write(trace)
+    try:
+        sys.stderr.write(trace)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr is full or closed
     error = {"type": type(exc).__name__, "message": str(exc), "traceback": trace}
     try:
-        with open(attempt / CHILD_ERROR_FILE, "w") as file:
-            json.dump(error, file, indent=1, default=repr)
+        data = json.dumps(error, indent=1, default=repr).encode()
+        replace_file(attempt / CHILD_ERROR_FILE, data, durable=False, mode=file_mode)  # never torn
     except OSError:
-        pass  # the exit status still says the attempt failed
+        pass
     return code
 
 

@@ -138,6 +138,15 @@ def job_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def kill_group(pgid: int) -> None:
+    """SIGKILL what is left in a reaped child's process group. Safe right after the reap:
+    Linux reuses no pid while a process group of that id still has members."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the usual case: the group died with the child
+
+
 def signal_tree(pid: int, signum: signal.Signals, descendants: Iterable[psutil.Process] = ()) -> None:
     """Send `signum` to a child's process group and to descendants that left it."""
     try:

@@ -30,7 +30,19 @@ from typing import Any
 
 from setproctitle import setproctitle
 
-from jobs import COMMAND, DEFAULT_WAIT, Claim, ClaimLost, Command, JobsError, Queue, Registry, State, UnknownCallable
+from jobs import (
+    COMMAND,
+    DEFAULT_WAIT,
+    Claim,
+    ClaimLost,
+    Command,
+    JobsError,
+    Queue,
+    QueueError,
+    Registry,
+    State,
+    UnknownCallable,
+)
 from jobs.retry import WaitStrategy
 from supervisor import forking, harvest, limits, liveness, sweeper
 from supervisor.child import run_attempt, run_command
@@ -106,13 +118,15 @@ class Manager:
     # -- life cycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        """Register as an owner, install signal handling, start watching and the sweeper."""
+        """Install signal handling, register as an owner, start watching and the sweeper."""
         self._drain_at_start = self._drain_request()  # an older request is not for us
-        self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
-        self.queue.register_owner(self.owner)  # at start, failing is fatal: the queue is unusable
-        self._registered = True
+        self._signals = SignalPipe()  # first: a SIGTERM from now on drains instead of killing
+        try:
+            self._register_at_start()
+        except BaseException:
+            self._signals.close()
+            raise
         forking.become_subreaper()
-        self._signals = SignalPipe()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
         self._watch: Watch | None = open_watch([self.queue.folder.state_dir(State.READY), self.queue.path])
@@ -126,6 +140,17 @@ class Manager:
         log.info(
             "manager %s serving %s with concurrency %d", self.owner.name, self.queue.path, self.settings.concurrency
         )
+
+    def _register_at_start(self) -> None:
+        self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
+        try:
+            self.queue.register_owner(self.owner)  # at start, failing is fatal: the queue is unusable
+        except OSError as exc:
+            raise QueueError(
+                f"cannot serve queue {self.queue.path}: cannot register in claimed/ ({exc.strerror}); "
+                "a manager needs write access to the whole queue folder"
+            ) from None
+        self._registered = True
 
     def run(self, burst: bool = False) -> int:
         """Serve the queue until drained (or, with `burst`, until nothing is left); return 0."""
@@ -154,6 +179,8 @@ class Manager:
             self._stop_everything(signal.SIGKILL)
             self._sweeper.stop(self.settings.kill_grace)
             self.queue.retire_owner(self.owner.name)
+        except (OSError, JobsError) as exc:  # the sweepers of other managers deal with what is left
+            log.error("cannot retire owner %s cleanly: %s", self.owner.name, exc)
         finally:
             self._selector.close()
             if self._watch is not None:
@@ -253,6 +280,9 @@ class Manager:
             found = os.stat(self.queue.path / DRAIN_FILE)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # the queue folder turned unreadable: no request can be seen
+            log.error("cannot look for a drain request in %s: %s", self.queue.path, exc)
+            return self._drain_at_start
         return found.st_ino, found.st_mtime_ns
 
     def _promote_own_retries(self) -> None:
@@ -311,9 +341,10 @@ class Manager:
         folder = self.queue.folder
         if claim.spec.function == COMMAND:
             if not self.settings.commands:
+                why = f"the queue {folder.path} is shared" if folder.shared else "it was told not to (--no-commands)"
                 raise UnknownCallable(
-                    f"this manager does not run command jobs (the queue {folder.path} is shared); "
-                    "start it with --commands to allow them, then `forkvisor retry` the job"
+                    f"this manager does not run command jobs ({why}); "
+                    "start one with --commands to allow them, then `forkvisor retry` the job"
                 )
             command = Command.of(claim.spec)
             return lambda: run_command(claim, command, folder.file_mode)
@@ -364,6 +395,8 @@ class Manager:
             if running is not None:
                 if running.limit is not None:  # we stopped it: its leftovers go too, even if they ignore SIGTERM
                     forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
+                else:  # a job ends with its child: what it left in its process group goes too
+                    forking.kill_group(running.pid)
                 self._harvest(running, status)
         self._set_title()
 

@@ -4,16 +4,16 @@ purge, wait."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from jobs import JobsError, Queue, State, format_duration
+from jobs import InvalidJobId, JobsError, Queue, State, config, files, format_duration
 from supervisor.cli.common import (
     EXIT_JOB_DEAD,
     EXIT_NOT_FOUND,
+    EXIT_USAGE,
     Commands,
     Parser,
     UsageError,
@@ -40,11 +40,11 @@ def add_commands(commands: Commands[Parser]) -> None:
     init.add_argument("--lease", help="silence after which a manager's claims are taken back (default 30s)")
     init.add_argument("--retention", help="purge done jobs older than this: 7d, none (default none: keep)")
 
-    config = add_command(commands, "config", _config, "show or change a queue's settings")
-    add_queue(config)
-    config.add_argument("key", nargs="?", metavar="KEY", help=f"one of {', '.join(SETTINGS)}")
-    config.add_argument("value", nargs="?", metavar="VALUE", help="the new value (durations: 30s, 5m, 7d, none)")
-    config.add_argument("--json", action="store_true")
+    settings = add_command(commands, "config", _config, "show or change a queue's settings")
+    add_queue(settings)
+    settings.add_argument("key", nargs="?", metavar="KEY", help=f"one of {', '.join(SETTINGS)}")
+    settings.add_argument("value", nargs="?", metavar="VALUE", help="the new value (durations: 30s, 5m, 7d, none)")
+    settings.add_argument("--json", action="store_true")
 
     add_queue(add_command(commands, "drain", _drain, "ask every manager of the queue, on any host, to drain"))
 
@@ -76,8 +76,15 @@ def add_commands(commands: Commands[Parser]) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    queue = Queue(args.queue, create=True, shared=args.shared)
     changes = {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
+    for key, value in changes.items():
+        config.checked(key, value)  # before anything is created
+    queue = Queue(args.queue, create=True, shared=args.shared)
+    if args.shared and not queue.folder.shared:
+        raise UsageError(
+            f"{queue.path} is already a private queue; --shared applies only when creating one "
+            "(make a new shared queue and move the jobs over)"
+        )
     if changes:
         queue.configure(**changes)
     print(queue.path)
@@ -108,9 +115,9 @@ def _shown(key: str, value: Any) -> str:
 def _drain(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     request = queue.path / DRAIN_FILE
-    staging = queue.path / f".{DRAIN_FILE}.{os.getpid()}"
-    staging.write_text(f"drain requested at {time.time()}\n")
-    os.replace(staging, request)  # a new file each time, so watching managers see a change
+    data = f"drain requested at {time.time()}\n".encode()
+    # replace_file renames a new file into place each time, so watching managers see a change.
+    files.replace_file(request, data, durable=False, mode=queue.folder.file_mode)
     print(f"asked every manager of {queue.path} to drain")
     return 0
 
@@ -119,10 +126,10 @@ def _drain(args: argparse.Namespace) -> int:
 
 
 def _retry(args: argparse.Namespace) -> int:
-    if bool(args.jobs) == args.dead:
-        raise UsageError("name the jobs to retry, or give --dead for every dead job (not both)")
     if args.function and not args.dead:
         raise UsageError("--function selects among dead jobs: use it with --dead")
+    if bool(args.jobs) == args.dead:
+        raise UsageError("name the jobs to retry, or give --dead for every dead job (not both)")
     queue = open_queue(args)
     ids = args.jobs or [job.id for job in queue.list(State.DEAD, function=args.function)]
 
@@ -146,14 +153,14 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _each(ids: list[str], action: Callable[[str], str]) -> int:
     """Apply `action` to every id, reporting each; one failure does not stop the rest."""
-    failed = 0
+    code = 0
     for job_id in ids:
         try:
             print(f"{job_id} {action(job_id)}")
         except JobsError as exc:
             print(f"forkvisor: {exc}", file=sys.stderr)
-            failed += 1
-    return EXIT_NOT_FOUND if failed else 0
+            code = max(code, EXIT_NOT_FOUND if not isinstance(exc, InvalidJobId) else EXIT_USAGE)
+    return code
 
 
 def _purge(args: argparse.Namespace) -> int:

@@ -167,7 +167,7 @@ def _maybe_json(text: str) -> Any:
 
 
 def print_json(document: Any) -> None:
-    print(json.dumps(document, indent=None, default=str))
+    print(json.dumps(document, indent=None, default=str), flush=True)  # --watch into a pipe: now, not at exit
 
 
 def ago(seconds: float | None) -> str:

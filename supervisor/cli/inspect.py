@@ -190,7 +190,8 @@ def _show(args: argparse.Namespace) -> int:
 def _attempt_line(number: int, outcome: Any) -> str:
     if not isinstance(outcome, dict):
         return f"run {number}: running (or never harvested)"
-    line = f"run {number}: {outcome.get('status', '?')}"
+    status = "did not start" if outcome.get("started") is False else outcome.get("status", "?")
+    line = f"run {number}: {status}"
     if outcome.get("limit"):
         line += f" at its {outcome['limit']} limit"
     if "wall_time" in outcome:

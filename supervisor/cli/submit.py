@@ -49,7 +49,7 @@ def add_commands(commands: Commands[Parser]) -> None:
 
 def _submit(args: argparse.Namespace) -> int:
     options = job_options(args)
-    cwd = args.cwd if args.cwd is not None else os.getcwd()
+    cwd = os.path.abspath(args.cwd) if args.cwd is not None else os.getcwd()  # the manager's folder differs
     env = dict(args.env)
     if args.stdin:
         if args.argv:

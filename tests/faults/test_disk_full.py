@@ -1,0 +1,143 @@
+"""A full disk: the queue on a 1 MiB tmpfs, filled to the last byte.
+
+Submitting fails with a clear error and leaves nothing half-visible; a manager
+that cannot write a result or an outcome keeps running, keeps the job, and
+moves it on once there is room again; a job that fills the disk itself is
+recorded with its failure once an operator frees space.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobs import Call, Queue, QueueError, State
+from tests import sample_jobs
+from tests.faults import fault_jobs
+from tests.faults.conftest import Tmpfs, start_manager, step_cpu
+from tests.supervisor.conftest import Processes, dump, forkvisor_command, outcome, wait_until
+
+
+def staged_and_published(queue: Queue) -> dict[str, list[str]]:
+    return {name: sorted(os.listdir(queue.path / name)) for name in ("tmp", "ready", "scheduled")}
+
+
+def test_enqueue_on_a_full_disk_fails_clearly_and_publishes_nothing(tmpfs: Tmpfs) -> None:
+    queue = Queue(tmpfs.path / "queue")
+    kept = queue.enqueue("sample.ok", "before the disk filled")
+    before = staged_and_published(queue)
+    filler = tmpfs.fill()
+
+    attempts = {
+        "enqueue": lambda: queue.enqueue("sample.ok", "x" * 10_000),
+        "enqueue_many": lambda: queue.enqueue_many([Call("sample.ok", (n,)) for n in range(5)]),
+        "delayed": lambda: queue.with_options(delay=60).enqueue("sample.ok"),
+    }
+    for what, submit in attempts.items():
+        with pytest.raises(QueueError, match=r"cannot enqueue into .*: writing .* failed: No space left on device"):
+            submit()
+        assert staged_and_published(queue) == before, f"{what} left something in tmp/, ready/ or scheduled/"
+    assert queue.counts()["ready"] == 1
+    assert queue.job(kept).state is State.READY
+
+    filler.unlink()
+    published = queue.enqueue("sample.ok", "after space was freed")
+    assert queue.job(published).state is State.READY, "a failed enqueue must not poison the queue"
+
+
+def test_cli_init_on_a_full_disk_exits_111_with_one_line(tmpfs: Tmpfs) -> None:
+    tmpfs.fill()
+    done = subprocess.run(
+        [*forkvisor_command(), "init", str(tmpfs.path / "queue")], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 111, done
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "No space left on device" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_init_that_failed_on_a_full_disk_succeeds_once_space_is_freed(tmpfs: Tmpfs) -> None:
+    filler = tmpfs.fill()
+    with pytest.raises(QueueError, match="No space left on device"):
+        Queue(tmpfs.path / "queue")
+    filler.unlink()
+    queue = Queue(tmpfs.path / "queue")
+    assert queue.counts()["ready"] == 0
+    assert os.listdir(queue.path / "tmp") == []
+
+
+def test_manager_that_cannot_record_an_outcome_keeps_the_job_and_retries_it(
+    procs: Processes, tmpfs: Tmpfs, barriers: Path
+) -> None:
+    ready, release = barriers / "ready", barriers / "release"
+    queue = Queue(tmpfs.path / "queue")
+    job_id = queue.enqueue(sample_jobs.wait_release, str(ready), str(release))
+    manager = procs.manager(queue)
+    wait_until(ready.exists, 10, "the job started", manager=manager)
+    filler = tmpfs.fill()
+    release.touch()  # the child now cannot write result.json, nor the manager outcome.json
+    wait_until(lambda: not manager.running, 10, "the child exited", manager=manager)
+
+    cpu = step_cpu(manager, 1.5)
+    assert cpu < 0.5, f"the manager spun for {cpu:.2f}s of CPU while the disk was full"
+    stuck = queue.job(job_id)
+    assert stuck.state is State.CLAIMED, f"the job must stay held while its outcome cannot be written: {dump(stuck)}"
+
+    filler.unlink()
+    wait_until(lambda: queue.job(job_id).state is State.DONE, 10, "the job was retried and done", manager=manager)
+    found = queue.job(job_id)
+    assert found.attempts == 2, dump(found)
+    first = outcome(found, 0)
+    assert first["succeeded"] is False, "a result that could not be written never completes the job"
+    assert outcome(found)["succeeded"] is True
+    assert found.result == "released"
+
+
+def test_cannot_complete_on_a_full_disk_still_goes_dead_at_once(procs: Processes, tmpfs: Tmpfs, barriers: Path) -> None:
+    ready, release = barriers / "ready", barriers / "release"
+    queue = Queue(tmpfs.path / "queue")
+    job_id = queue.enqueue(fault_jobs.cannot_after_release, str(ready), str(release))
+    manager = start_manager(procs, queue)
+    wait_until(ready.exists, 10, "the job started", manager=manager)
+    filler = tmpfs.fill()
+    release.touch()
+    wait_until(lambda: not manager.running, 10, "the child exited", manager=manager)
+    filler.unlink()
+    wait_until(lambda: queue.job(job_id).state is not State.CLAIMED, 10, "the job moved on", manager=manager)
+    found = queue.job(job_id)
+    assert outcome(found, 0)["exit_code"] == 100, dump(found)
+    assert found.state is State.DEAD, dump(found)
+    assert found.attempts == 1
+
+
+def test_job_that_fills_the_disk_with_stdout_is_recorded_once_space_is_freed(
+    procs: Processes, tmpfs: Tmpfs, barriers: Path
+) -> None:
+    queue = Queue(tmpfs.path / "queue")
+    ballast = tmpfs.ballast(256 * 1024)  # what an operator frees later
+    flooding = queue.enqueue(fault_jobs.flood, str(barriers / "ready"))
+    behind = queue.with_options(priority=-1).enqueue("fault.ok", "behind the flood")
+    manager = start_manager(procs, queue, concurrency=1)
+    wait_until(lambda: not manager.running and (barriers / "ready").exists(), 20, "the flood ended", manager=manager)
+
+    cpu = step_cpu(manager, 1.5)  # meanwhile it fails to record the flood and to claim the next job
+    assert cpu < 0.5, f"the manager spun for {cpu:.2f}s of CPU on a full disk"
+    assert queue.job(flooding).state is State.CLAIMED, "the job is held, not lost, while nothing can be written"
+    waiting = queue.job(behind)
+    assert waiting.state in (State.READY, State.CLAIMED), dump(waiting)
+    assert waiting.attempts == 0, "a claim that could not count its attempt must not use one"
+
+    ballast.unlink()
+    wait_until(lambda: queue.job(flooding).state is State.DEAD, 10, "the flood's outcome was recorded", manager=manager)
+    found = queue.job(flooding)
+    record = outcome(found)
+    assert record["succeeded"] is False
+    assert record["status"].startswith("exited"), dump(found)
+    assert found.error is not None
+    assert found.error["reason"] == "attempts exhausted"
+    assert (found.history[-1].path / "stdout").stat().st_size > 512 * 1024, "the job really filled the disk"
+    wait_until(lambda: queue.job(behind).state is State.DONE, 10, "the job behind ran", manager=manager)
+    assert queue.job(behind).attempts == 1
