@@ -26,7 +26,7 @@ from setproctitle import setproctitle
 
 from jobs import CannotComplete, Claim, Command, Registered
 from jobs.files import replace_file, write_new
-from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK
+from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
 
 CHILD_ERROR_FILE = "error.json"
 PID_FILE = "pid"
@@ -35,7 +35,8 @@ EXIT_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it c
 
 def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600) -> int:
     """Run one attempt of a Python job; return the exit status for `os._exit`."""
-    _begin(claim, file_mode)
+    if not _begin(claim, file_mode):
+        return EXIT_ORPHANED
     spec = claim.spec
     try:
         value = registered.fn(*spec.args, **spec.kwargs)
@@ -55,7 +56,8 @@ def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: 
 
 def run_command(claim: Claim, command: Command, file_mode: int = 0o600) -> int:
     """Exec a command job's program in this child; return an exit status only if exec failed."""
-    _begin(claim, file_mode)
+    if not _begin(claim, file_mode):
+        return EXIT_ORPHANED
     try:
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
@@ -87,12 +89,16 @@ def _enter(folder: str) -> None:
         raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
-def _begin(claim: Claim, file_mode: int) -> None:
-    """What every job's child does first: title, own random stream, output, pid, environment."""
+def _begin(claim: Claim, file_mode: int) -> bool:
+    """What every job's child does first: title, own random stream, output, pid, environment.
+    False if the attempt's folder is gone: a sweeper took the claim back before we started."""
     spec = claim.spec
     setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
     random.seed()  # never share the manager's random stream
-    _redirect_output(claim.attempt_path, file_mode)
+    try:
+        _redirect_output(claim.attempt_path, file_mode)
+    except FileNotFoundError:
+        return False
     try:
         write_new(claim.attempt_path / PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=file_mode)
     except OSError:
@@ -103,6 +109,7 @@ def _begin(claim: Claim, file_mode: int) -> None:
         FORKVISOR_ATTEMPT=str(claim.attempts),
         FORKVISOR_ATTEMPT_DIR=str(claim.attempt_path),
     )
+    return True
 
 
 def _redirect_output(attempt: Path, file_mode: int) -> None:

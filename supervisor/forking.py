@@ -26,7 +26,7 @@ from supervisor import signals
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CHILD_ERROR = 70  # forkvisor itself failed inside the child (EX_SOFTWARE)
-EXIT_ORPHANED = 71  # the manager died before the child got going
+EXIT_ORPHANED = 71  # the manager died, or its claim was taken back, before the child got going
 EXIT_CANNOT_COMPLETE = 100  # the job said it can never succeed: no retry
 
 _PR_SET_PDEATHSIG = 1

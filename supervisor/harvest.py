@@ -135,7 +135,8 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
             "message": "forkvisor failed inside the child before or after the job; see stderr",
         }
     if status.code == EXIT_ORPHANED:
-        return {"type": "Orphaned", "message": "the manager died before the child could start the job"}
+        why = "the child found its manager dead or its claim taken back before the job started"
+        return {"type": "Orphaned", "message": why}
     return {"type": "Crashed", "message": f"the job's process {status.describe()} without recording an error"}
 
 
