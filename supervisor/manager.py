@@ -282,7 +282,7 @@ class Manager:
             return None
         except OSError as exc:  # the queue folder turned unreadable: no request can be seen
             log.error("cannot look for a drain request in %s: %s", self.queue.path, exc)
-            return self._drain_at_start
+            return getattr(self, "_drain_at_start", None)  # as if unchanged (also while starting)
         return found.st_ino, found.st_mtime_ns
 
     def _promote_own_retries(self) -> None:
