@@ -1,0 +1,237 @@
+"""The references forkvisor is measured against, run in the benchmark's own process.
+
+- `bare_fork`: fork a child per job that exits at once, keeping up to `cap` running;
+  `bare_fork_small_process` does the same from a fresh, small interpreter, to
+  show what the forking process's size costs.
+- `MinimalQueue`: the least work any fork-per-job directory queue can do. Per
+  job: rename ready/ID to claimed/ID, fork, the child writes a small result
+  file in the job folder and exits, wait, rename claimed/ID to done/ID. Its
+  durable form also fsyncs the result file, and both parent folders after
+  each rename.
+- `minimal_submit` / `minimal_submit_many`: the submission recipe of
+  docs/FORMAT.md (mkdir tmp/ID, write job.json, rename into ready/), with the
+  same fsyncs as a durable enqueue, or one syncfs barrier for a batch.
+- `minimal_server`: an idle minimal queue woken by inotify, for latency.
+
+The forking references (but the small-process one) run in the same process as
+the manager they are compared with, so fork pays for the same resident memory.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import sync_filesystem
+from jobs import new_job_id
+from supervisor.watch import Watch
+
+RESULT = b"null\n"
+SPEC = b'{"function": "bench.noop", "args": [], "kwargs": {}}\n'
+
+
+def open_dir(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+# -- forking -----------------------------------------------------------------------
+
+
+def bare_fork(jobs: int, cap: int) -> None:
+    """Fork `jobs` children that exit at once, at most `cap` alive at a time."""
+    running: set[int] = set()
+    started = 0
+    while started < jobs or running:
+        while started < jobs and len(running) < cap:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            running.add(pid)
+            started += 1
+        pid, _ = os.waitpid(-1, 0)
+        running.discard(pid)
+
+
+SMALL_PROCESS_FORK = """
+import os, resource, sys, time
+jobs, cap = int(sys.argv[1]), int(sys.argv[2])
+def cpu(who):
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+running, started = set(), 0
+cpu0, children0, start = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
+while started < jobs or running:
+    while started < jobs and len(running) < cap:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        running.add(pid)
+        started += 1
+    running.discard(os.waitpid(-1, 0)[0])
+print(time.perf_counter() - start, cpu(resource.RUSAGE_SELF) - cpu0, cpu(resource.RUSAGE_CHILDREN) - children0)
+"""
+
+
+def bare_fork_small_process(jobs: int, cap: int) -> tuple[float, float, float]:
+    """`bare_fork` from a fresh `python -I -S` (about 10 MiB resident instead of this
+    process's 20): (wall, its own CPU, its children's CPU) in seconds."""
+    command = [sys.executable, "-I", "-S", "-c", SMALL_PROCESS_FORK, str(jobs), str(cap)]
+    wall, cpu, children = subprocess.run(command, capture_output=True, text=True, check=True).stdout.split()
+    return float(wall), float(cpu), float(children)
+
+
+class MinimalQueue:
+    """ready/, claimed/ and done/ of a bare directory queue."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ready, self.claimed, self.done = (path / name for name in ("ready", "claimed", "done"))
+        for folder in (self.ready, self.claimed, self.done):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def fill(self, jobs: int) -> None:
+        """Publish `jobs` job folders into ready/ (each with a job.json); untimed."""
+        for _ in range(jobs):
+            folder = self.ready / new_job_id()
+            folder.mkdir(mode=0o700)
+            (folder / "job.json").write_bytes(SPEC)
+
+    def run(self, cap: int, durable: bool) -> int:
+        """Run every ready job, at most `cap` children at a time; return how many ran."""
+        fds = [open_dir(folder) for folder in (self.ready, self.claimed, self.done)]
+        try:
+            return self._run(cap, durable, *fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _run(self, cap: int, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> int:
+        pending = sorted(os.listdir(self.ready), reverse=True)
+        running: dict[int, str] = {}
+        finished = 0
+        while pending or running:
+            while pending and len(running) < cap:
+                job_id = pending.pop()
+                os.rename(self.ready / job_id, self.claimed / job_id)
+                if durable:
+                    os.fsync(ready_fd)
+                    os.fsync(claimed_fd)
+                running[self._fork(self.claimed / job_id / "result.json", durable)] = job_id
+            pid, _ = os.waitpid(-1, 0)
+            job_id = running.pop(pid)
+            os.rename(self.claimed / job_id, self.done / job_id)
+            if durable:
+                os.fsync(claimed_fd)
+                os.fsync(done_fd)
+            finished += 1
+        return finished
+
+    @staticmethod
+    def _fork(result: Path, durable: bool) -> int:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                fd = os.open(result, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, RESULT)
+                if durable:
+                    os.fsync(fd)
+                os.close(fd)
+                code = 0
+            finally:
+                os._exit(code)
+        return pid
+
+
+# -- submitting -------------------------------------------------------------------------
+
+
+def _stage(queue: Path, spec: bytes, durable: bool) -> str:
+    job_id = new_job_id()
+    staging = queue / "tmp" / job_id
+    os.mkdir(staging, 0o700)
+    fd = os.open(staging / "job.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, spec)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if durable:
+        folder = open_dir(staging)
+        os.fsync(folder)
+        os.close(folder)
+    return job_id
+
+
+def minimal_submit(queue: Path, durable: bool, spec: bytes = SPEC) -> str:
+    """docs/FORMAT.md's recipe for one job: stage in tmp/, rename into ready/, fsync."""
+    job_id = _stage(queue, spec, durable)
+    os.rename(queue / "tmp" / job_id, queue / "ready" / f"100.{job_id}")
+    if durable:
+        ready = open_dir(queue / "ready")
+        os.fsync(ready)
+        os.close(ready)
+    return job_id
+
+
+def minimal_submit_many(queue: Path, count: int, durable: bool) -> list[str]:
+    """A batch: stage every job, one syncfs barrier, rename them all, fsync ready/."""
+    ids = [_stage(queue, SPEC, False) for _ in range(count)]
+    if durable:
+        sync_filesystem(queue)
+    for job_id in ids:
+        os.rename(queue / "tmp" / job_id, queue / "ready" / f"100.{job_id}")
+    if durable:
+        ready = open_dir(queue / "ready")
+        os.fsync(ready)
+        os.close(ready)
+    return ids
+
+
+# -- an idle server, for latency ---------------------------------------------------------
+
+
+def minimal_server(queue: Path, durable: bool) -> None:
+    """Serve `queue` (tmp/ ready/ claimed/ done/) one job at a time until killed.
+
+    Woken by inotify on ready/; each job's child writes its start time
+    (CLOCK_MONOTONIC) as its result."""
+    minimal = MinimalQueue(queue)
+    watch = Watch([minimal.ready])
+    fds = [open_dir(folder) for folder in (minimal.ready, minimal.claimed, minimal.done)]
+    while True:
+        select.select([watch.fd], [], [])
+        for _, name in watch.read():
+            _serve_one(minimal, name, durable, *fds)
+
+
+def _serve_one(minimal: MinimalQueue, name: str, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> None:
+    job_id = name.split(".", 1)[-1]
+    claimed = minimal.claimed / job_id
+    os.rename(minimal.ready / name, claimed)
+    if durable:
+        os.fsync(ready_fd)
+        os.fsync(claimed_fd)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            started = time.clock_gettime(time.CLOCK_MONOTONIC)
+            fd = os.open(claimed / "result.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, f"{started!r}\n".encode())
+            if durable:
+                os.fsync(fd)
+            os.close(fd)
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
+    os.rename(claimed, minimal.done / job_id)
+    if durable:
+        os.fsync(claimed_fd)
+        os.fsync(done_fd)
