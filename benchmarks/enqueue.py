@@ -39,13 +39,20 @@ def forkvisor_single(folder: Path, jobs: int, durable: bool, batch: int) -> floa
 def forkvisor_many(folder: Path, jobs: int, durable: bool, batch: int) -> float:
     queue = Queue(folder, durable=durable)
     common.sync_filesystem(folder)
-    calls = [Call(noop)] * batch
+    batches, size = batching(jobs, batch)
+    calls = [Call(noop)] * size
 
     def enqueue_all() -> None:
-        for _ in range(jobs // batch):
+        for _ in range(batches):
             queue.enqueue_many(calls)
 
-    return (jobs // batch * batch) / common.timed(enqueue_all).wall
+    return batches * size / common.timed(enqueue_all).wall
+
+
+def batching(jobs: int, batch: int) -> tuple[int, int]:
+    """(number of batches, jobs per batch): whole batches of at most `batch` jobs."""
+    size = max(1, min(batch, jobs))
+    return max(1, jobs // size), size
 
 
 def reference_single(folder: Path, jobs: int, durable: bool, batch: int) -> float:
@@ -60,12 +67,13 @@ def reference_single(folder: Path, jobs: int, durable: bool, batch: int) -> floa
 
 def reference_many(folder: Path, jobs: int, durable: bool, batch: int) -> float:
     _make_minimal_queue(folder)
+    batches, size = batching(jobs, batch)
 
     def submit_all() -> None:
-        for _ in range(jobs // batch):
-            references.minimal_submit_many(folder, batch, durable)
+        for _ in range(batches):
+            references.minimal_submit_many(folder, size, durable)
 
-    return (jobs // batch * batch) / common.timed(submit_all).wall
+    return batches * size / common.timed(submit_all).wall
 
 
 def _make_minimal_queue(folder: Path) -> None:

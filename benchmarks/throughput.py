@@ -42,11 +42,13 @@ class Series:
     rates: list[float] = field(default_factory=list)
     cpu_per_job_us: list[float] = field(default_factory=list)
     children_cpu_per_job_us: list[float] = field(default_factory=list)
+    faults_per_job: list[float] = field(default_factory=list)
 
     def add(self, jobs: int, run: common.Timed) -> None:
         self.rates.append(jobs / run.wall)
         self.cpu_per_job_us.append(run.cpu / jobs * 1e6)
         self.children_cpu_per_job_us.append(run.children_cpu / jobs * 1e6)
+        self.faults_per_job.append(run.minor_faults / jobs)
 
 
 def run_bare(folder: Path, jobs: int, cap: int) -> common.Timed:
@@ -141,6 +143,8 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
                 f"{common.median(fv.children_cpu_per_job_us):,.0f}",
                 f"{common.median(minimal.children_cpu_per_job_us):,.0f}",
                 f"{common.median(bare.children_cpu_per_job_us):,.0f}",
+                f"{common.median(fv.faults_per_job):,.0f}",
+                f"{common.median(minimal.faults_per_job):,.0f}",
             ]
         )
         results[key] = {
@@ -156,13 +160,17 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
             "forkvisor_children_cpu_us_per_job": common.summary(fv.children_cpu_per_job_us),
             "minimal_queue_children_cpu_us_per_job": common.summary(minimal.children_cpu_per_job_us),
             "bare_fork_children_cpu_us_per_job": common.summary(bare.children_cpu_per_job_us),
+            "forkvisor_manager_minor_faults_per_job": common.summary(fv.faults_per_job),
+            "minimal_queue_parent_minor_faults_per_job": common.summary(minimal.faults_per_job),
+            "bare_fork_parent_minor_faults_per_job": common.summary(bare.faults_per_job),
         }
     headers = ["config", "forkvisor j/s", "minimal q j/s", "bare fork j/s", "small proc j/s", "fv/minimal", "fv/bare"]
-    headers += ["fv cpu", "min cpu", "bare cpu", "fv child", "min child", "bare child"]
+    headers += ["fv cpu", "min cpu", "bare cpu", "fv child", "min child", "bare child", "fv flt", "min flt"]
     common.print_table(
         f"Throughput: {jobs} no-op jobs per run, {rounds} interleaved rounds; median [min-max]. "
         "Jobs enqueued (enqueue_many) BEFORE the timed window; timed = manager start to all done.\n"
-        "cpu = the forking process's own CPU (RUSAGE_SELF), child cpu = its children's, in us per job.",
+        "cpu = the forking process's own CPU (RUSAGE_SELF), child = its children's CPU, in us per job; "
+        "flt = the forking process's minor page faults per job.",
         headers,
         rows,
     )
