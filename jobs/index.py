@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 STALE_FACTOR = 20
@@ -58,10 +59,19 @@ class ReadyIndex:
 
     def rescan(self) -> None:
         started = time.monotonic()
+        seen = 0
+
+        def names(entries: Iterator[os.DirEntry[str]]) -> Iterator[str]:
+            nonlocal seen
+            for entry in entries:
+                seen += 1
+                yield entry.name
+
+        # Streamed, never listed whole: a list of a million names would leave the allocator
+        # holding ~100 MB for the kept strings' sake, and fork cost grows with the manager's RSS.
         with os.scandir(self._folder) as entries:
-            names = [entry.name for entry in entries]
-        kept = heapq.nsmallest(self._limit, names)
-        self._complete = len(kept) == len(names)
+            kept = heapq.nsmallest(self._limit, names(entries))
+        self._complete = len(kept) == seen
         self._bound = kept[-1] if kept else ""
         self._heap = kept  # sorted, hence already a heap
         self._known = set(kept)
