@@ -19,8 +19,12 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 from jobs.errors import MoveCollision
+
+# The hot paths pass plain strings: a Path built per file operation costs more than the syscall.
+StrPath: TypeAlias = str | os.PathLike[str]
 
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
@@ -38,7 +42,7 @@ def checkpoint(name: str) -> None:
         checkpoint_hook(name)
 
 
-def move(src: Path, dst: Path) -> None:
+def move(src: StrPath, dst: StrPath) -> None:
     """Rename `src` to `dst`, failing with MoveCollision if `dst` exists.
 
     Raises FileNotFoundError when `src` is gone (another process moved it first).
@@ -53,7 +57,7 @@ def move(src: Path, dst: Path) -> None:
     os.rename(src, dst)
 
 
-def _renameat2_noreplace(src: Path, dst: Path) -> bool:
+def _renameat2_noreplace(src: StrPath, dst: StrPath) -> bool:
     """Return False when the file system does not support RENAME_NOREPLACE."""
     assert _renameat2 is not None
     result = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
@@ -67,7 +71,7 @@ def _renameat2_noreplace(src: Path, dst: Path) -> bool:
     raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: StrPath) -> None:
     """Make the entries of folder `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -93,7 +97,7 @@ def sync_filesystem(path: Path) -> None:
 PRIVATE = 0o600
 
 
-def write_new(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
+def write_new(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
     """Create `path` (it must not exist) holding `data`; fsync it when durable."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
@@ -105,24 +109,32 @@ def write_new(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE) ->
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
+def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
     """Atomically set the content of `path`: write a dot-file beside it, rename over."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    parent, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(parent, f".{name}.{os.getpid()}.tmp")
     try:
         try:
             write_new(tmp, data, durable=durable, mode=mode)
         except FileExistsError:  # a previous run of this pid died mid-write
-            tmp.unlink()
+            os.unlink(tmp)
             write_new(tmp, data, durable=durable, mode=mode)
     except OSError:
-        tmp.unlink(missing_ok=True)  # disk full, say: leave no half-written dot-file behind
+        _unlink_if_there(tmp)  # disk full, say: leave no half-written dot-file behind
         raise
     os.replace(tmp, path)
     if durable:
-        fsync_dir(path.parent)
+        fsync_dir(parent or ".")
 
 
-def append_line(path: Path, line: str, mode: int = PRIVATE) -> None:
+def _unlink_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def append_line(path: StrPath, line: str, mode: int = PRIVATE) -> None:
     """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
     # O_NONBLOCK: a fifo planted in the file's place must not block the writer.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
@@ -135,7 +147,7 @@ def append_line(path: Path, line: str, mode: int = PRIVATE) -> None:
         os.close(fd)
 
 
-def read_limited(path: Path, limit: int) -> bytes:
+def read_limited(path: StrPath, limit: int) -> bytes:
     """Read a regular file without following a symlink; refuse one over `limit` bytes."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
@@ -165,6 +177,9 @@ def _is_regular(fd: int) -> bool:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    written = os.write(fd, data)
+    if written == len(data):
+        return  # the usual case for small files: no memoryview to build
+    view = memoryview(data)[written:]
     while view:
         view = view[os.write(fd, view) :]

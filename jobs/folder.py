@@ -175,71 +175,72 @@ class QueueFolder:
 
     # -- moving ------------------------------------------------------------
 
-    def move(self, src: Path, dst: Path) -> None:
+    def move(self, src: files.StrPath, dst: files.StrPath) -> None:
         """Move a job directory between state folders: one rename, then fsync both."""
         files.move(src, dst)
         if self.durable:
-            files.fsync_dir(dst.parent)
-            if src.parent != dst.parent:
-                files.fsync_dir(src.parent)
+            src_parent, dst_parent = os.path.dirname(os.fspath(src)), os.path.dirname(os.fspath(dst))
+            files.fsync_dir(dst_parent or ".")
+            if src_parent != dst_parent:
+                files.fsync_dir(src_parent or ".")
 
-    def make_dir(self, path: Path) -> None:
+    def make_dir(self, path: files.StrPath) -> None:
         os.mkdir(path, self.dir_mode & 0o777)
         if self.shared:
             os.chmod(path, self.dir_mode)  # the umask must not narrow a shared queue
 
-    def write_new(self, path: Path, data: bytes) -> None:
+    def write_new(self, path: files.StrPath, data: bytes) -> None:
         files.write_new(path, data, durable=self.durable, mode=self.file_mode)
 
-    def replace_file(self, path: Path, data: bytes) -> None:
+    def replace_file(self, path: files.StrPath, data: bytes) -> None:
         files.replace_file(path, data, durable=self.durable, mode=self.file_mode)
 
-    def append_line(self, path: Path, line: str) -> None:
+    def append_line(self, path: files.StrPath, line: str) -> None:
         files.append_line(path, line, mode=self.file_mode)
 
     # -- inside a job directory -------------------------------------------------
 
-    def read_spec(self, job_dir: Path, job_id: str) -> JobSpec:
+    def read_spec(self, job_dir: files.StrPath, job_id: str) -> JobSpec:
         """Read and check `job.json`; raise InvalidJob saying what is wrong."""
         try:
-            data = files.read_limited(job_dir / SPEC_FILE, MAX_SPEC_BYTES)
+            data = files.read_limited(f"{job_dir}/{SPEC_FILE}", MAX_SPEC_BYTES)
         except FileNotFoundError:
             raise InvalidJob(f"job {job_id} has no {SPEC_FILE}; write it before publishing (docs/FORMAT.md)") from None
         except OSError as exc:
             raise InvalidJob(f"job {job_id}: cannot read {SPEC_FILE}: {exc.strerror or exc}") from None
         return JobSpec.from_json(data, job_id, self.defaults)
 
-    def read_counter(self, job_dir: Path) -> int:
+    def read_counter(self, job_dir: files.StrPath) -> int:
         """Attempts used so far (the `attempts` file; missing means 0).
 
         Raises InvalidJob when the file is unreadable or not a number: reading it
         as 0 would hand a crash-looping job a fresh set of attempts.
         """
         try:
-            text = files.read_limited(job_dir / COUNTER_FILE, 64).decode("ascii", "replace").strip()
+            text = files.read_limited(f"{job_dir}/{COUNTER_FILE}", 64).decode("ascii", "replace").strip()
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise InvalidJob(f"cannot read the attempts counter of {job_dir.name}: {exc.strerror or exc}") from None
+            raise InvalidJob(f"cannot read the attempts counter of {_name(job_dir)}: {exc.strerror or exc}") from None
         if not text.isdigit():
-            raise InvalidJob(f"the attempts counter of {job_dir.name} holds {text[:20]!r}, not a number")
+            raise InvalidJob(f"the attempts counter of {_name(job_dir)} holds {text[:20]!r}, not a number")
         return int(text)
 
-    def write_counter(self, job_dir: Path, value: int) -> None:
-        self.replace_file(job_dir / COUNTER_FILE, f"{value}\n".encode())
+    def write_counter(self, job_dir: files.StrPath, value: int) -> None:
+        self.replace_file(f"{job_dir}/{COUNTER_FILE}", f"{value}\n".encode())
 
-    def log_event(self, job_dir: Path, event: str, now: float) -> None:
+    def log_event(self, job_dir: files.StrPath, event: str, now: float) -> None:
         """Append one line to the job's `events` log; the log is informative, so a
         failure to write it is logged, never raised."""
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         try:
-            self.append_line(job_dir / EVENTS_FILE, f"{stamp} {event}")
+            self.append_line(f"{job_dir}/{EVENTS_FILE}", f"{stamp} {event}")
         except FileNotFoundError:
-            log.debug("job %s moved before its event %r was logged", job_dir.name, event)
+            log.debug("job %s moved before its event %r was logged", _name(job_dir), event)
         except OSError as exc:
             log.warning("cannot append to the events log of %s: %s", job_dir, exc)
 
-    def write_json(self, path: Path, document: dict[str, Any]) -> None:
+    def write_json(self, path: files.StrPath, document: dict[str, Any]) -> None:
         self.replace_file(path, json.dumps(document, indent=1, default=repr).encode() + b"\n")
 
     def bury(self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float) -> Path:
@@ -287,15 +288,20 @@ class QueueFolder:
         return target
 
 
+def _name(path: files.StrPath) -> str:
+    """The last part of a path given as a string or a Path."""
+    return os.path.basename(os.fspath(path))
+
+
 def _is_marker_staging(name: str) -> bool:
     """A marker being written (or left by an init that failed): `.queue.json.PID.tmp`."""
     return name.startswith(f".{MARKER}.") and name.endswith(".tmp")
 
 
-def entry_problem(folder: Path, name: str) -> str | None:
+def entry_problem(folder: files.StrPath, name: str) -> str | None:
     """Why the entry is not a job directory (None when it is one)."""
     try:
-        mode = os.lstat(folder / name).st_mode
+        mode = os.lstat(f"{folder}/{name}").st_mode
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(mode):

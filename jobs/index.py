@@ -7,7 +7,10 @@ in order. It rescans when it runs dry, or when the last scan is older than
 `STALE_FACTOR` times that scan's own duration, so scanning costs a bounded
 share of the time whatever the folder's size. Names the caller learns of in
 between (inotify tells the manager each new name) are added at once when they
-cannot jump over names the index has not seen.
+cannot jump over names the index has not seen. Once a watcher feeds it (`note`),
+the index needs no scan to see new names, only when it runs dry, so it rescans
+at most once a second: a safety net for events the kernel dropped. Names another
+manager claimed meanwhile cost one failed rename each, not a scan.
 
 The index is a hint: every name it gives may already be gone (another manager
 claimed it), and the claim's rename is what decides.
@@ -23,6 +26,11 @@ from pathlib import Path
 
 STALE_FACTOR = 20
 DEFAULT_LIMIT = 8192
+# The least age at which a scan is stale. Unwatched, other processes' new names are seen
+# only by scanning, so the next one comes soon. Watched (a watcher reports every new
+# name through `note`), a scan only makes up for events the kernel dropped.
+UNWATCHED_MIN_AGE = 0.05
+WATCHED_MIN_AGE = 1.0
 
 
 class ReadyIndex:
@@ -37,6 +45,7 @@ class ReadyIndex:
         self._bound = ""  # when not complete: the largest name kept
         self._scanned_at = 0.0
         self._scan_cost = 0.0
+        self._watched = False  # names have come from a watcher of the folder (inotify)
         self.scans = 0
 
     def pop(self, rescan: bool = True) -> str | None:
@@ -56,6 +65,12 @@ class ReadyIndex:
             return  # unseen names may sort before it: the next scan finds it
         heapq.heappush(self._heap, name)
         self._known.add(name)
+
+    def note(self, name: str) -> None:
+        """Learn of a new entry from a watcher of the folder, which reports every new
+        name: from now on the index rescans only as a safety net, not to find names."""
+        self._watched = True
+        self.add(name)
 
     def rescan(self) -> None:
         started = time.monotonic()
@@ -81,4 +96,5 @@ class ReadyIndex:
 
     def _is_stale(self) -> bool:
         age = time.monotonic() - self._scanned_at
-        return age > max(STALE_FACTOR * self._scan_cost, 0.05)
+        min_age = WATCHED_MIN_AGE if self._watched else UNWATCHED_MIN_AGE
+        return age > max(STALE_FACTOR * self._scan_cost, min_age)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +63,11 @@ class Queue:
     ) -> None:
         self.folder = QueueFolder(path, create=create, durable=durable, shared=shared)
         self._index = ReadyIndex(self.folder.state_dir(State.READY))
-        self._publisher = Publisher(self.folder, self.note_ready)
+        self._publisher = Publisher(self.folder, self._note_own_ready)
+        # Plain strings for the claim path: a Path per file operation costs more than the operation.
+        self._ready = os.fspath(self.folder.state_dir(State.READY))
+        self._claimed = os.fspath(self.folder.state_dir(State.CLAIMED))
+        self._done = os.fspath(self.folder.state_dir(State.DONE))
 
     @property
     def path(self) -> Path:
@@ -152,10 +157,15 @@ class Queue:
         now = time.time() if now is None else now
         cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
         owner_dir = self.folder.state_dir(State.CLAIMED) / owner
-        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self.note_ready)
+        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._note_own_ready)
 
     def note_ready(self, name: str) -> None:
         """Tell the claim index about a new `ready/` entry (from inotify)."""
+        self._index.note(name)
+
+    def _note_own_ready(self, name: str) -> None:
+        """Tell the claim index about an entry this queue put in `ready/` itself (not a
+        watcher's news: it must not make the index trust that it hears of every name)."""
         self._index.add(name)
 
     def claim(self, owner: str, now: float | None = None) -> Claim | None:
@@ -170,60 +180,76 @@ class Queue:
         return None
 
     def _claim_entry(self, owner: str, name: str, now: float) -> Claim | None:
-        ready = self.folder.state_dir(State.READY)
+        ready = self._ready
         parsed = parse_ready_name(name)
         problem = entry_problem(ready, name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
         if problem:
-            self.folder.quarantine(ready, name, problem, now)
+            self.folder.quarantine(Path(ready), name, problem, now)
             return None
         assert parsed is not None
-        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
-        target = owner_dir / parsed[0]
+        owner_dir = f"{self._claimed}/{owner}"
+        target = f"{owner_dir}/{parsed[0]}"
         try:
-            files.move(ready / name, target)  # no fsync: a claim lost to power failure is just ready again
+            files.move(f"{ready}/{name}", target)  # no fsync: a claim lost to power failure is just ready again
         except FileNotFoundError:
-            if not owner_dir.is_dir():
+            if not os.path.isdir(owner_dir):
                 raise ClaimLost(
                     f"cannot claim for owner {owner} in {self.path}: its folder claimed/{owner} is gone"
                 ) from None
             return None  # another owner claimed it first
         except MoveCollision:
-            self.folder.quarantine(ready, name, f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)", now)
+            why = f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)"
+            self.folder.quarantine(Path(ready), name, why, now)
             return None
         files.checkpoint("claim:moved")
         try:
-            return self._begin_attempt(owner, target, parsed[0], now)
+            return self._begin_attempt(owner, Path(target), parsed[0], now)
         except FileNotFoundError:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
     def _begin_attempt(self, owner: str, job_dir: Path, job_id: str, now: float) -> Claim | None:
+        where = os.fspath(job_dir)
         try:
-            spec = self.folder.read_spec(job_dir, job_id)
-            used = self.folder.read_counter(job_dir)
+            spec = self.folder.read_spec(where, job_id)
+            used = self.folder.read_counter(where)
         except InvalidJob as exc:
             self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
             return None
-        if (job_dir / CANCEL_FILE).exists():  # cancelled while it ran: no further attempt
+        if os.path.exists(f"{where}/{CANCEL_FILE}"):  # cancelled while it ran: no further attempt
             self._bury(job_dir, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
             return None
         if used >= spec.max_attempts:
             message = f"all {spec.max_attempts} attempts were used (the last one's owner died before recording it)"
             self._bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message}, now)
             return None
-        self.folder.write_counter(job_dir, used + 1)  # counted before the fork
+        self.folder.write_counter(where, used + 1)  # counted before the fork
         files.checkpoint("claim:counted")
-        attempt = self._new_attempt_dir(job_dir)
+        attempt = self._new_attempt_dir(where, used + 1)
         files.checkpoint("claim:attempt-created")
-        self.folder.log_event(
-            job_dir, f"claimed by {owner}: attempt {used + 1}/{spec.max_attempts} (run {attempt})", now
-        )
+        self.folder.log_event(where, f"claimed by {owner}: attempt {used + 1}/{spec.max_attempts} (run {attempt})", now)
         return Claim(job_id, owner, job_dir, spec, attempt, used + 1)
 
-    def _new_attempt_dir(self, job_dir: Path) -> int:
-        number = view.last_attempt(job_dir) + 1
+    def _new_attempt_dir(self, job_dir: str, guess: int) -> int:
+        """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
+
+        Run folders are only ever created, each at the newest number + 1, so they are
+        `attempt-1` .. `attempt-M` without a gap. Then, if `attempt-(guess - 1)` is a folder
+        (or guess is 1) and `attempt-guess` can be created, M was guess - 1: the number is
+        right without listing the job folder. The guess (the counter + 1) is usually right;
+        when it is not (a run released or retried, so the counter is behind the folders, or
+        a counter written by a claim that died before its mkdir, so it is ahead), the
+        predecessor check or the mkdir fails and the folder is listed as before.
+        """
+        if guess == 1 or _is_folder(f"{job_dir}/attempt-{guess - 1}"):
+            try:
+                self.folder.make_dir(f"{job_dir}/attempt-{guess}")
+                return guess
+            except FileExistsError:
+                pass
+        number = view.last_attempt(Path(job_dir)) + 1
         while True:
             try:
-                self.folder.make_dir(job_dir / f"attempt-{number}")
+                self.folder.make_dir(f"{job_dir}/attempt-{number}")
                 return number
             except FileExistsError:
                 number += 1
@@ -240,24 +266,26 @@ class Queue:
         now = time.time() if now is None else now
         self._link_result(claim, now)
         files.checkpoint("complete:result-linked")
-        target = self.folder.state_dir(State.DONE) / claim.job_id
+        target = f"{self._done}/{claim.job_id}"
         # Logged first: a kill right after the move must not leave the story without its end.
         self.folder.log_event(claim.path, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
         self._move_claimed(claim, target, "complete")
 
     def _link_result(self, claim: Claim, now: float) -> None:
         """Make `result.json` the completing run's result, or remove one a lost run left."""
-        source = claim.attempt_path / RESULT_FILE
-        staging = claim.path / f".{RESULT_FILE}.link"
+        job_dir = os.fspath(claim.path)
+        source = f"{job_dir}/attempt-{claim.attempt}/{RESULT_FILE}"
+        result = f"{job_dir}/{RESULT_FILE}"
+        staging = f"{job_dir}/.{RESULT_FILE}.link"
         try:
-            for name in (RESULT_FILE, staging.name):
+            for name in (RESULT_FILE, f".{RESULT_FILE}.link"):
                 self.folder.clear_the_way(claim.path, name, now)
-            staging.unlink(missing_ok=True)
-            if not source.exists():
-                (claim.path / RESULT_FILE).unlink(missing_ok=True)
+            _unlink_if_there(staging)
+            if not os.path.exists(source):
+                _unlink_if_there(result)
                 return
             os.link(source, staging)
-            os.replace(staging, claim.path / RESULT_FILE)
+            os.replace(staging, result)
         except FileNotFoundError:
             raise self._lost(claim, "complete") from None
 
@@ -318,13 +346,14 @@ class Queue:
             return self.folder.state_dir(State.READY) / ready_name(spec.id, spec.priority)
         return self.folder.state_dir(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
 
-    def _move_claimed(self, claim: Claim, target: Path, verb: str) -> None:
+    def _move_claimed(self, claim: Claim, target: files.StrPath, verb: str) -> None:
         try:
             self.folder.move(claim.path, target)
         except FileNotFoundError:
             raise self._lost(claim, verb) from None
         except MoveCollision:
-            raise self._quarantine_copy(claim.path, target.parent.name, verb, time.time()) from None
+            where = os.path.basename(os.path.dirname(os.fspath(target)))
+            raise self._quarantine_copy(claim.path, where, verb, time.time()) from None
 
     def _quarantine_copy(self, job_dir: Path, where: str, verb: str, now: float) -> ClaimLost:
         """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
@@ -487,6 +516,21 @@ class Queue:
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
         return filesystem_now(self.path, self.folder.file_mode)
+
+
+def _is_folder(path: str) -> bool:
+    """A real folder there (not a link to one, not a file)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _unlink_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 __all__ = ["Call", "Claim", "Queue", "Submitter"]

@@ -9,16 +9,25 @@ quarantines. Specs are checked and encoded once, before anything is written.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs import files
 from jobs.errors import ArgumentNotSerializable, InvalidJob, QueueError
 from jobs.folder import SPEC_FILE, QueueFolder
-from jobs.job import LATEST_DUE, JobOptions, JobSpec, State, new_job_id, ready_name, scheduled_name
+from jobs.job import (
+    LATEST_DUE,
+    SPEC_FORMAT,
+    JobOptions,
+    State,
+    new_job_id,
+    ready_name,
+    scheduled_name,
+    spec_json,
+)
 from jobs.registry import default_name, registration_of
 
 if TYPE_CHECKING:
@@ -37,11 +46,15 @@ class Call:
 
 @dataclass(frozen=True)
 class _Submission:
-    """A checked job on its way to disk: the spec, its encoded bytes, its due time."""
+    """A checked job on its way to disk: its id and priority, its encoded spec, its due time."""
 
-    spec: JobSpec
+    id: str
+    priority: int
     data: bytes
     due: float | None
+
+
+_NO_OPTIONS = JobOptions()  # checked once, not per call
 
 
 class Publisher:
@@ -50,13 +63,17 @@ class Publisher:
     def __init__(self, folder: QueueFolder, on_ready: Callable[[str], None]) -> None:
         self._folder = folder
         self._on_ready = on_ready
+        # Plain strings: a Path per file operation costs more than the operation on tmpfs.
+        self._tmp = os.fspath(folder.tmp)
+        self._ready = os.fspath(folder.state_dir(State.READY))
+        self._scheduled = os.fspath(folder.state_dir(State.SCHEDULED))
 
     def submit(self, call: Call, now: float) -> str:
         """Publish one job; once this returns, the job is on disk (and durable when asked)."""
         job = self._build(call, now)
         staging = self._stage(job, now, sync=self._folder.durable)
         self._publish(staging, job, sync=self._folder.durable)
-        return job.spec.id
+        return job.id
 
     def submit_many(self, calls: Iterable[Call], now: float) -> list[str]:
         """Publish a batch with one durability barrier; return the ids in order.
@@ -65,7 +82,7 @@ class Publisher:
         as a whole: if it fails part way, the jobs already published stay published.
         """
         built = [self._build(call, now) for call in calls]
-        staged: list[Path] = []
+        staged: list[str] = []
         try:
             for job in built:
                 staged.append(self._stage(job, now, sync=False))
@@ -78,59 +95,67 @@ class Publisher:
         for path, job in zip(staged, built, strict=True):
             self._publish(path, job, sync=False)
         if self._folder.durable:
-            for folder in (State.READY, State.SCHEDULED):
-                files.fsync_dir(self._folder.state_dir(folder))
-        return [job.spec.id for job in built]
+            for folder in (self._ready, self._scheduled):
+                files.fsync_dir(folder)
+        return [job.id for job in built]
 
     def _build(self, call: Call, now: float) -> _Submission:
-        options = call.options or JobOptions()
+        options = call.options or _NO_OPTIONS
         name, registered = _function_name(call.fn)
         defaults = self._folder.defaults
-        spec = JobSpec(
-            id=new_job_id(now),
-            function=name,
-            args=tuple(call.args),
-            kwargs=dict(call.kwargs),
-            max_attempts=_first(options.max_attempts, registered.get("max_attempts"), defaults["max_attempts"]),
-            timeout=_first(options.timeout, registered.get("timeout"), defaults["timeout"]),
-            priority=options.priority or 0,
-            memory_limit=_first(options.memory_limit, registered.get("memory_limit"), None),
-            created=now,
-            metadata=dict(options.metadata or {}),
-        )
+        job_id = new_job_id(now)
+        priority = options.priority or 0
+        args = list(call.args)
+        kwargs = dict(call.kwargs)
+        metadata = dict(options.metadata or {})
         due = options.run_at if options.run_at is not None else (now + options.delay if options.delay else None)
         if due is not None and due > LATEST_DUE:
             raise InvalidJob(f"run at {due:.0f} is past the year 2286: give run_at in epoch seconds, not milliseconds")
-        return _Submission(spec, _encode(spec), due if due is not None and due > now else None)
+        document = {  # JobSpec.to_json's fields and order, without building a JobSpec per job
+            "format": SPEC_FORMAT,
+            "id": job_id,
+            "function": name,
+            "args": args,
+            "kwargs": kwargs,
+            "max_attempts": _first(options.max_attempts, registered.get("max_attempts"), defaults["max_attempts"]),
+            "timeout": _first(options.timeout, registered.get("timeout"), defaults["timeout"]),
+            "priority": priority,
+            "memory_limit": _first(options.memory_limit, registered.get("memory_limit"), None),
+            "created": now,
+            "metadata": metadata,
+        }
+        data = _encode(document, args, kwargs, metadata)
+        return _Submission(job_id, priority, data, due if due is not None and due > now else None)
 
-    def _stage(self, job: _Submission, now: float, *, sync: bool) -> Path:
+    def _stage(self, job: _Submission, now: float, *, sync: bool) -> str:
         """Write the job directory under `tmp/`, invisible to managers."""
-        staging = self._folder.tmp / job.spec.id
+        staging = f"{self._tmp}/{job.id}"
         try:
             self._folder.make_dir(staging)
-            files.write_new(staging / SPEC_FILE, job.data, durable=sync, mode=self._folder.file_mode)
+            # The event first: created before job.json's fsync, its entry is committed by that
+            # fsync, so the folder's fsync below finds nothing new (two journal commits, not three).
             self._folder.log_event(staging, "enqueued", now)
+            files.write_new(f"{staging}/{SPEC_FILE}", job.data, durable=sync, mode=self._folder.file_mode)
             if sync:
                 files.fsync_dir(staging)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise QueueError(
-                f"cannot enqueue into {self._folder.path}: writing {staging.name} failed: {exc.strerror or exc}"
+                f"cannot enqueue into {self._folder.path}: writing {job.id} failed: {exc.strerror or exc}"
             ) from exc
         files.checkpoint("enqueue:staged")
         return staging
 
-    def _publish(self, staging: Path, job: _Submission, *, sync: bool) -> None:
-        spec, due = job.spec, job.due
-        if due is None:
-            target = self._folder.state_dir(State.READY) / ready_name(spec.id, spec.priority)
+    def _publish(self, staging: str, job: _Submission, *, sync: bool) -> None:
+        if job.due is None:
+            parent, name = self._ready, ready_name(job.id, job.priority)
         else:
-            target = self._folder.state_dir(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
-        files.move(staging, target)
+            parent, name = self._scheduled, scheduled_name(job.id, job.priority, job.due)
+        files.move(staging, f"{parent}/{name}")
         if sync:
-            files.fsync_dir(target.parent)
-        if due is None:
-            self._on_ready(target.name)
+            files.fsync_dir(parent)
+        if job.due is None:
+            self._on_ready(name)
 
 
 class Submitter:
@@ -165,15 +190,15 @@ def _function_name(fn: Callable[..., Any] | str) -> tuple[str, dict[str, Any]]:
     }
 
 
-def _encode(spec: JobSpec) -> bytes:
+def _encode(document: dict[str, Any], args: list[Any], kwargs: dict[str, Any], metadata: dict[str, Any]) -> bytes:
     """`job.json`'s bytes; on failure, name the first argument JSON cannot encode."""
     try:
-        return spec.to_json()
+        return spec_json(document)
     except (TypeError, ValueError):
         pass
-    named = [(f"argument {i}", value) for i, value in enumerate(spec.args)]
-    named += [(f"keyword argument {key!r}", value) for key, value in spec.kwargs.items()]
-    named.append(("metadata", spec.metadata))
+    named = [(f"argument {i}", value) for i, value in enumerate(args)]
+    named += [(f"keyword argument {key!r}", value) for key, value in kwargs.items()]
+    named.append(("metadata", metadata))
     for label, value in named:
         try:
             json.dumps(value, allow_nan=False)
@@ -184,5 +209,8 @@ def _encode(spec: JobSpec) -> bytes:
     raise ArgumentNotSerializable("cannot enqueue: a keyword argument name is not a string")
 
 
-def _first(*values: Any) -> Any:
-    return next((value for value in values if value is not None), None)
+def _first(given: Any, registered: Any, default: Any) -> Any:
+    """The first that is not None: the job's option, the registered default, the queue's."""
+    if given is not None:
+        return given
+    return registered if registered is not None else default
