@@ -14,13 +14,14 @@ FORKVISOR_ATTEMPT_DIR in their environment (and so do programs they start).
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
-import random
 import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import TextIO
 
 from setproctitle import setproctitle
 
@@ -90,38 +91,53 @@ def _enter(folder: str) -> None:
 
 
 def _begin(claim: Claim, file_mode: int) -> bool:
-    """What every job's child does first: title, own random stream, output, pid, environment.
+    """What every job's child does first: title, output, pid, environment. (Its own random
+    stream it already has: `random` reseeds itself in every forked child.)
     False if the attempt's folder is gone: a sweeper took the claim back before we started."""
     spec = claim.spec
     setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
-    random.seed()  # never share the manager's random stream
+    # Plain strings, not Path objects, from here: every object a child makes costs it
+    # copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
+    attempt = str(claim.attempt_path)
     try:
-        _redirect_output(claim.attempt_path, file_mode)
+        _redirect_output(attempt, file_mode)
     except FileNotFoundError:
         return False
     try:
-        write_new(claim.attempt_path / PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=file_mode)
+        write_new(f"{attempt}/{PID_FILE}", f"{os.getpid()}\n".encode(), durable=False, mode=file_mode)
     except OSError:
         pass  # only `forkvisor status` reads it; the job runs anyway
     os.environ.update(
-        FORKVISOR_QUEUE=str(claim.path.parents[2]),
+        FORKVISOR_QUEUE=attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
         FORKVISOR_JOB_ID=claim.job_id,
         FORKVISOR_ATTEMPT=str(claim.attempts),
-        FORKVISOR_ATTEMPT_DIR=str(claim.attempt_path),
+        FORKVISOR_ATTEMPT_DIR=attempt,
     )
     return True
 
 
-def _redirect_output(attempt: Path, file_mode: int) -> None:
+def _redirect_output(attempt: str, file_mode: int) -> None:
     for fd, name in ((1, "stdout"), (2, "stderr")):
-        target = os.open(attempt / name, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, file_mode)
-        os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
+        target = os.open(f"{attempt}/{name}", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, file_mode)
+        if file_mode & 0o077:
+            os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
         os.dup2(target, fd)
         os.close(target)
-    # The host program may have replaced sys.stdout/err (pytest, Jupyter, a log file):
-    # point them at the redirected descriptors so print() and tracebacks land here.
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115  # lives until os._exit
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115  # lives until os._exit
+    sys.stdout = _line_buffered(sys.stdout, 1)
+    sys.stderr = _line_buffered(sys.stderr, 2)
+
+
+def _line_buffered(stream: TextIO, fd: int) -> TextIO:
+    """A text stream on `fd` that writes each line at once (for `forkvisor logs --follow`).
+    The host program may have replaced sys.stdout/err (pytest, Jupyter, a log file): then
+    open a new one, so print() and tracebacks land in the attempt's files."""
+    try:
+        if isinstance(stream, io.TextIOWrapper) and stream.fileno() == fd:
+            stream.reconfigure(line_buffering=True)
+            return stream  # the usual case, and cheaper than a new wrapper
+    except (OSError, ValueError):  # no descriptor behind it, or closed
+        pass
+    return open(fd, "w", buffering=1, closefd=False)  # lives until os._exit
 
 
 def _write_result(attempt: Path, value: object, durable: bool, file_mode: int) -> int:

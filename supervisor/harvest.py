@@ -7,7 +7,9 @@ error and traceback the child recorded, and the tail of its stderr.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -57,7 +59,7 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
         "limit": running.limit,
         "released": running.released and not is_success(running, status),
         "succeeded": is_success(running, status),
-        "host": socket.gethostname(),
+        "host": host_name(),
         "pid": status.pid,
         "started": running.started_wall,
         "ended": now_wall,
@@ -65,7 +67,7 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
         "cpu_user": round(usage.ru_utime, 6),
         "cpu_system": round(usage.ru_stime, 6),
         "max_rss_kb": usage.ru_maxrss,
-        "error": child_error(running.claim.attempt_path) or limit_error(running, status),
+        "error": _recorded_error(running, status) or limit_error(running, status),
         "stderr_tail": stderr_tail(running.claim.attempt_path),
     }
 
@@ -100,6 +102,17 @@ def is_success(running: Running, status: ExitStatus) -> bool:
 
 def is_permanent(running: Running, status: ExitStatus) -> bool:
     return status.code == EXIT_CANNOT_COMPLETE or running.limit == "cancelled"
+
+
+@functools.cache
+def host_name() -> str:
+    """This host's name, read once: the manager's owner name carries it from its start too."""
+    return socket.gethostname()
+
+
+def _recorded_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
+    """The error the child recorded; a child that exited 0 recorded none (see `child`)."""
+    return None if status.code == EXIT_OK else child_error(running.claim.attempt_path)
 
 
 def child_error(attempt: Path) -> dict[str, Any] | None:
@@ -141,11 +154,15 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
 
 
 def stderr_tail(attempt: Path) -> str:
+    """The last bytes of the attempt's stderr; plain descriptor calls, since it runs for every job."""
     try:
-        with open(attempt / "stderr", "rb") as file:
-            file.seek(0, 2)
-            size = file.tell()
-            file.seek(max(0, size - STDERR_TAIL_BYTES))
-            return file.read().decode("utf-8", "replace")
+        fd = os.open(attempt / "stderr", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)

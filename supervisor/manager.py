@@ -114,6 +114,9 @@ class Manager:
         self._next_memory_check = 0.0
         self._started = False
         self._registered = False
+        self._ready_fds: set[int] = set()  # what the last wait found readable
+        self._title = ""
+        self._title_prefix = f"forkvisor: manager {self.queue.path}"
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -220,6 +223,7 @@ class Manager:
         self._keep_lease(now)
         self._keep_sweeper(now)
         self._start_jobs()
+        self._set_title()
 
     def _wait_time(self, now: float, timeout: float | None) -> float:
         deadlines = [self._next_heartbeat, self._next_poll]
@@ -240,9 +244,11 @@ class Manager:
         return wait if timeout is None else min(wait, timeout)
 
     def _wait(self, timeout: float) -> None:
-        self._selector.select(timeout)
+        self._ready_fds = {key.fd for key, _ in self._selector.select(timeout)}
 
     def _handle_signals(self) -> None:
+        if self._signals.read_fd not in self._ready_fds:
+            return  # nothing arrived: skip the read (every turn counts, see PERFORMANCE.md)
         for signum in self._signals.drain():
             if signum in (signal.SIGTERM, signal.SIGINT):
                 if self.draining:
@@ -256,7 +262,7 @@ class Manager:
 
     def _read_watch(self, now: float) -> None:
         rescan = now >= self._next_poll
-        if self._watch is not None:
+        if self._watch is not None and self._watch.fd in self._ready_fds:
             ready = self.queue.folder.state_dir(State.READY)
             for folder, name in self._watch.read():
                 if folder is None:
@@ -333,8 +339,8 @@ class Manager:
             return
         self._fork_backoff = FORK_BACKOFF_MIN
         self.running[pid] = Running(pid, claim, time.monotonic(), time.time())
-        log.info("%s started as pid %d", _job(claim), pid)
-        self._set_title()
+        if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
+            log.info("%s started as pid %d", _job(claim), pid)
 
     def _child_body(self, claim: Claim) -> Callable[[], int]:
         """What the job's child will run; raise JobsError if it cannot run here at all."""
@@ -398,7 +404,6 @@ class Manager:
                 else:  # a job ends with its child: what it left in its process group goes too
                     forking.kill_group(running.pid)
                 self._harvest(running, status)
-        self._set_title()
 
     def _harvest(self, running: Running, status: forking.ExitStatus) -> None:
         claim = running.claim
@@ -413,7 +418,8 @@ class Manager:
         if not self._record(running, status, outcome, report=True):
             self._stranded.append((running, status, outcome))
             return
-        log.info("%s %s in %.3fs", _job(claim), _verdict(running, status), outcome["wall_time"])
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s %s in %.3fs", _job(claim), _verdict(running, status), outcome["wall_time"])
 
     def _retry_stranded(self) -> None:
         """Try again to record harvests that failed (disk full, say); the job stays ours meanwhile."""
@@ -552,10 +558,12 @@ class Manager:
         return f"{len(self.running)}/{self.settings.concurrency} busy, draining={self.draining}, running: {jobs}"
 
     def _set_title(self) -> None:
+        """Show how busy the manager is in `ps`; only when that changed, since it runs every turn."""
         state = " draining" if self.draining else ""
-        setproctitle(
-            f"forkvisor: manager {self.queue.path} {len(self.running)}/{self.settings.concurrency} busy{state}"
-        )
+        title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
+        if title != self._title:
+            setproctitle(title)
+            self._title = title
 
 
 def _job(claim: Claim) -> str:

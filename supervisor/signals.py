@@ -8,13 +8,15 @@ I/O ever runs inside a handler.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # no stub: the C half of `signal`, see below
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD, signal.SIGHUP)
+_SIGCHLD = int(signal.SIGCHLD)  # a plain int: one arrives per job, and enum lookups cost
 
 
 def _record_only(signum: int, frame: FrameType | None) -> None:
@@ -30,17 +32,18 @@ class SignalPipe:
         self._previous = {signum: signal.signal(signum, _record_only) for signum in HANDLED}
 
     def drain(self) -> list[signal.Signals]:
-        """The signals that arrived since the last call, in order."""
+        """The signals that arrived since the last call, in order, but SIGCHLD, which
+        only wakes the loop (the loop reaps at every turn anyway)."""
         received = b""
-        while True:
+        while True:  # a short read means the pipe is empty: no BlockingIOError to build per job
             try:
-                chunk = os.read(self.read_fd, 512)
+                chunk = os.read(self.read_fd, 4096)
             except BlockingIOError:
                 break
-            if not chunk:
-                break
             received += chunk
-        return [signal.Signals(number) for number in received]
+            if len(chunk) < 4096:
+                break
+        return [signal.Signals(number) for number in received if number != _SIGCHLD]
 
     @property
     def fds(self) -> tuple[int, int]:
@@ -54,20 +57,30 @@ class SignalPipe:
         os.close(self._write_fd)
 
 
+# Around every fork, the C functions themselves: `signal`'s wrappers turn each number
+# and handler into an enum member (and fail into ValueError for a function handler),
+# code that runs once per job in the manager and in every child, where each page it
+# touches is a copy-on-write fault (docs/PERFORMANCE.md).
+_pthread_sigmask: Callable[[int, Iterable[int]], set[int]] = _signal.pthread_sigmask
+_set_handler: Callable[[int, int], object] = _signal.signal
+_HANDLED_NUMBERS = tuple(int(signum) for signum in HANDLED)
+_SIG_DFL = int(signal.SIG_DFL)
+
+
 @contextmanager
 def blocked() -> Iterator[set[int]]:
     """Block the handled signals (around fork, so none lands half way); yield the
     mask to restore, which a child must restore itself since it never leaves."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    previous = _pthread_sigmask(signal.SIG_BLOCK, _HANDLED_NUMBERS)
     try:
         yield previous
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def reset_in_child(unblock_mask: set[int]) -> None:
     """In a fresh child: default handlers, no wakeup fd, the parent's mask restored."""
     signal.set_wakeup_fd(-1)
-    for signum in HANDLED:
-        signal.signal(signum, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, unblock_mask)
+    for signum in _HANDLED_NUMBERS:
+        _set_handler(signum, _SIG_DFL)
+    _pthread_sigmask(signal.SIG_SETMASK, unblock_mask)
