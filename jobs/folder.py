@@ -23,7 +23,7 @@ from typing import Any
 
 from jobs import config, files
 from jobs.errors import InvalidJob, QueueError
-from jobs.job import MAX_SPEC_BYTES, JobSpec, State
+from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class QueueFolder:
             log.warning("cannot append to the events log of %s: %s", job_dir, exc)
 
     def write_json(self, path: files.StrPath, document: dict[str, Any]) -> None:
-        self.replace_file(path, json.dumps(document, indent=1, default=repr).encode() + b"\n")
+        self.replace_file(path, indented_json(document))
 
     def bury(self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float) -> Path:
         """Move a job to `dead/` with its cause in `error.json`.
@@ -324,3 +324,13 @@ def filesystem_now(path: Path, mode: int = files.PRIVATE) -> float:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         return time.time()  # a reader that may not write (status on a read-only queue): the local clock
+
+
+def indented_json(document: dict[str, Any]) -> bytes:
+    """`json.dumps(document, indent=1, default=repr)` and a newline. Every attempt's
+    `outcome.json` goes through here, so a flat record takes `spec_json`'s fast path;
+    what it refuses (NaN, an object JSON cannot encode) gets the standard encoder."""
+    try:
+        return spec_json(document)
+    except (TypeError, ValueError):
+        return json.dumps(document, indent=1, default=repr).encode() + b"\n"

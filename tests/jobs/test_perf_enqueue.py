@@ -15,6 +15,7 @@ import pytest
 
 import jobs.submit
 from jobs import Call, JobSpec, Queue, new_job_id
+from jobs.folder import indented_json
 from jobs.job import created_at, spec_json
 
 
@@ -75,6 +76,19 @@ def test_spec_json_refuses_what_json_dumps_refuses(bad: Any) -> None:
         json.dumps({"args": bad}, indent=1, allow_nan=False)
     with pytest.raises((TypeError, ValueError)):
         spec_json({"args": bad})
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        pytest.param({"run": 1, "status": "exited 0", "error": None, "stderr_tail": "é\n", "cpu": 0.01}, id="flat"),
+        pytest.param({"error": {"type": "Crashed", "traceback": "a\nb"}, "signal": "SIGKILL"}, id="nested"),
+        pytest.param({"wall_time": float("nan")}, id="nan"),
+        pytest.param({"error": {"value": object}}, id="not-json"),
+    ],
+)
+def test_records_are_written_as_json_dumps_with_indent_1_and_repr_would_write_them(document: dict[str, Any]) -> None:
+    assert indented_json(document) == json.dumps(document, indent=1, default=repr).encode() + b"\n"
 
 
 def test_an_enqueued_job_json_is_the_spec_s_own_encoding(queue: Queue, samples: Any) -> None:
