@@ -72,6 +72,11 @@ class ReadyIndex:
         self._watched = True
         self.add(name)
 
+    def forget_scan(self) -> None:
+        """The watcher lost events (inotify's queue overflowed): names may be missing,
+        so rescan before the next pop instead of waiting for the safety net."""
+        self._scanned_at = float("-inf")
+
     def rescan(self) -> None:
         started = time.monotonic()
         seen = 0

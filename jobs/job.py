@@ -209,7 +209,8 @@ class JobSpec:
 
 
 def spec_json(document: dict[str, Any]) -> bytes:
-    """`job.json`'s bytes: exactly `json.dumps(document, indent=1, allow_nan=False)` and a newline.
+    """`job.json`'s bytes: exactly `json.dumps(document, indent=1, allow_nan=False)` and a newline,
+    for a document with string keys (every caller's; any other key raises TypeError).
 
     The standard library encodes with `indent` in pure Python (a fifth of an enqueue's
     CPU); the top-level fields are mostly strings, numbers, null and empty containers,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -163,6 +162,10 @@ class Queue:
         """Tell the claim index about a new `ready/` entry (from inotify)."""
         self._index.note(name)
 
+    def note_ready_missed(self) -> None:
+        """Tell the claim index that the watcher lost events: it rescans `ready/` first."""
+        self._index.forget_scan()
+
     def _note_own_ready(self, name: str) -> None:
         """Tell the claim index about an entry this queue put in `ready/` itself (not a
         watcher's news: it must not make the index trust that it hears of every name)."""
@@ -224,28 +227,15 @@ class Queue:
             return None
         self.folder.write_counter(where, used + 1)  # counted before the fork
         files.checkpoint("claim:counted")
-        attempt = self._new_attempt_dir(where, used + 1)
+        attempt = self._new_attempt_dir(where)
         files.checkpoint("claim:attempt-created")
         self.folder.log_event(where, f"claimed by {owner}: attempt {used + 1}/{spec.max_attempts} (run {attempt})", now)
         return Claim(job_id, owner, job_dir, spec, attempt, used + 1)
 
-    def _new_attempt_dir(self, job_dir: str, guess: int) -> int:
+    def _new_attempt_dir(self, job_dir: str) -> int:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
-
-        Run folders are only ever created, each at the newest number + 1, so they are
-        `attempt-1` .. `attempt-M` without a gap. Then, if `attempt-(guess - 1)` is a folder
-        (or guess is 1) and `attempt-guess` can be created, M was guess - 1: the number is
-        right without listing the job folder. The guess (the counter + 1) is usually right;
-        when it is not (a run released or retried, so the counter is behind the folders, or
-        a counter written by a claim that died before its mkdir, so it is ahead), the
-        predecessor check or the mkdir fails and the folder is listed as before.
-        """
-        if guess == 1 or _is_folder(f"{job_dir}/attempt-{guess - 1}"):
-            try:
-                self.folder.make_dir(f"{job_dir}/attempt-{guess}")
-                return guess
-            except FileExistsError:
-                pass
+        It lists the job folder rather than trusting the counter: an operator's `retry`
+        resets the counter, and a hand-edited job may have gaps, but run numbers only grow."""
         number = view.last_attempt(Path(job_dir)) + 1
         while True:
             try:
@@ -516,14 +506,6 @@ class Queue:
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
         return filesystem_now(self.path, self.folder.file_mode)
-
-
-def _is_folder(path: str) -> bool:
-    """A real folder there (not a link to one, not a file)."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
 
 
 def _unlink_if_there(path: str) -> None:

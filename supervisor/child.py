@@ -121,8 +121,9 @@ def _redirect_output(attempt: str, file_mode: int) -> None:
         target = os.open(f"{attempt}/{name}", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, file_mode)
         if file_mode & 0o077:
             os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
-        os.dup2(target, fd)
-        os.close(target)
+        if target != fd:  # the manager ran with fd 1 or 2 closed: open() took that very number
+            os.dup2(target, fd)
+            os.close(target)
     sys.stdout = _line_buffered(sys.stdout, 1)
     sys.stderr = _line_buffered(sys.stderr, 2)
 

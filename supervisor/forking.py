@@ -58,8 +58,7 @@ class ExitStatus:
 
 def start_child(body: Callable[[], int], close_fds: Iterable[int] = ()) -> int:
     """Fork a child that runs `body` and exits with its return value; return its pid."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_output()  # or the child would write the parent's buffered output again
     parent = os.getpid()
     fds = tuple(close_fds)
     with signals.blocked() as mask:
@@ -89,6 +88,15 @@ def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask:
         traceback.print_exc()
     finally:
         os._exit(code)
+
+
+def _flush_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:  # None: the manager was started with that descriptor closed
+                stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed stream or a gone reader must not stop every fork
 
 
 def _close_quietly(fd: int) -> None:

@@ -265,8 +265,9 @@ class Manager:
         if self._watch is not None and self._watch.fd in self._ready_fds:
             ready = self.queue.folder.state_dir(State.READY)
             for folder, name in self._watch.read():
-                if folder is None:
-                    rescan = True  # the kernel dropped events: look at the drain file now
+                if folder is None:  # the kernel dropped events: look at ready/ and the drain file now
+                    rescan = True
+                    self.queue.note_ready_missed()
                 elif folder == ready:
                     self.queue.note_ready(name)
                 elif name == DRAIN_FILE:

@@ -34,9 +34,8 @@ def run(path: Path, durable: bool, interval: float, tmp_age: float, retention: f
     while True:
         now = time.monotonic()
         purge_now = now >= next_purge
-        if purge_now:
-            next_purge = now + every
-        sweep_once(queue, tmp_age, retention if purge_now else None)
+        if sweep_once(queue, tmp_age, retention if purge_now else None) and purge_now:
+            next_purge = now + every  # a failed sweep purges again at the next one
         time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
 
 
@@ -49,7 +48,8 @@ def purge_interval(retention: float | None, interval: float) -> float:
     return min(max(retention / 20, interval), PURGE_EVERY_MAX)
 
 
-def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> None:
+def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> bool:
+    """One sweep, and a retention purge unless `retention` is None; False if it failed."""
     try:
         now = queue.filesystem_now()
         done = queue.sweep(now, liveness.is_alive, tmp_age)
@@ -57,9 +57,10 @@ def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> None:
             done["purged"] = len(queue.purge(State.DONE, retention, now))
     except (OSError, JobsError) as exc:
         log.error("sweep of %s failed: %s", queue.path, exc)
-        return
+        return False
     if any(done.values()):
         log.info("sweep of %s: %s", queue.path, ", ".join(f"{key} {value}" for key, value in done.items()))
+    return True
 
 
 class SweeperChild:

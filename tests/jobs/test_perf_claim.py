@@ -1,5 +1,5 @@
-"""The next run number comes from the counter, checked against the folders: it is
-always the newest `attempt-N` + 1, whatever the counter says (lost, behind, ahead)."""
+"""The next run number is always the newest `attempt-N` + 1, whatever the counter
+says (lost, behind, ahead) and whatever gaps a hand-edited job folder has."""
 
 from __future__ import annotations
 
@@ -97,3 +97,14 @@ def test_released_and_retried_runs_keep_counting_up(queue: Queue, owner: Owner) 
     assert third is not None
     assert (third.attempt, third.attempts) == (3, 1)
     assert _attempt_folders(third.path) == ["attempt-1", "attempt-2", "attempt-3"]
+
+
+def test_a_gap_left_by_hand_does_not_give_a_lower_run_number(queue: Queue, owner: Owner) -> None:
+    # An operator removed attempt-2..4 of a job; its counter says 1 (a retry reset it, then one run).
+    job_dir = _ready_job(queue)
+    for number in (1, 5):
+        os.mkdir(job_dir / f"attempt-{number}")
+    (job_dir / "attempts").write_text("1\n")
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    assert (claim.attempt, claim.attempts) == (6, 2)

@@ -69,6 +69,15 @@ def test_a_watched_index_does_not_rescan_to_find_names(queue: Queue, owner: Owne
     assert queue._index.scans == scans
 
 
+def test_a_watched_index_rescans_at_once_when_the_watcher_lost_events(queue: Queue, owner: Owner, clock: Clock) -> None:
+    ids = [queue.enqueue("sample.echo") for _ in range(3)]
+    queue.note_ready(f"100.{ids[2]}")
+    assert _claimed_id(queue, owner) == ids[0]
+    missed = _enqueue_elsewhere(queue.path, 60)  # its event was in the queue that overflowed
+    queue.note_ready_missed()  # what the manager does on IN_Q_OVERFLOW
+    assert _claimed_id(queue, owner) == missed  # no clock moved: the rescan came at once
+
+
 def test_a_watched_index_still_rescans_as_a_safety_net(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(3)]
     queue.note_ready(f"100.{ids[2]}")  # a watcher's news of a name it already holds

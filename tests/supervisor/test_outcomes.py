@@ -332,3 +332,14 @@ def test_job_output_reaches_the_attempt_folder_when_the_host_replaced_sys_stream
     found = queue.job(job_id)
     assert "stdout says tea" in (found.history[0].path / "stdout").read_text()
     assert "failing after printing tea" in outcome(found)["stderr_tail"]
+
+
+def test_job_output_reaches_the_attempt_folder_when_the_manager_has_no_stdout(procs: Processes, queue: Queue) -> None:
+    # Started with fd 1 closed, the child's open() of its stdout file returns fd 1 itself,
+    # which must stay open rather than be "moved" onto itself and closed.
+    job_id = queue.enqueue(sample_jobs.print_and_fail, "coffee")
+    manager = procs.run_manager(queue, "--burst", prefix=["sh", "-c", 'exec "$@" >&-', "sh"])
+    assert procs.wait_exit(manager, 60, "a manager started without stdout") == 0, procs.log(manager)
+    found = queue.job(job_id)
+    assert "stdout says coffee" in (found.history[0].path / "stdout").read_text()
+    assert "failing after printing coffee" in outcome(found)["stderr_tail"]
