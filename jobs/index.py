@@ -2,8 +2,10 @@
 the folder on every claim.
 
 `ready/` names sort in claim order (priority, then enqueue time). The index
-keeps the smallest `limit` names of the last scan in a heap and hands them out
-in order. It rescans when it runs dry, or when the last scan is older than
+keeps the smallest names of the last scan in a heap and hands them out in
+order: a sixteenth of what the previous scan saw, at least `limit` and at most
+`MAX_KEPT`, so that a scan, whose cost grows with the folder, serves a number
+of claims that grows with it too. It rescans when it runs dry, or when the last scan is older than
 `STALE_FACTOR` times that scan's own duration, so scanning costs a bounded
 share of the time whatever the folder's size. Names the caller learns of in
 between (inotify tells the manager each new name) are added at once when they
@@ -25,7 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 STALE_FACTOR = 20
-DEFAULT_LIMIT = 8192
+DEFAULT_LIMIT = 8192  # names kept from a scan, at least
+KEPT_SHARE = 16  # of a larger folder, keep this share: a scan of N names then serves N/16 claims
+MAX_KEPT = 65536  # and at most this many: about 8 MB of names, reached at a million queued
 # The least age at which a scan is stale. Unwatched, other processes' new names are seen
 # only by scanning, so the next one comes soon. Watched (a watcher reports every new
 # name through `note`), a scan only makes up for events the kernel dropped.
@@ -39,6 +43,7 @@ class ReadyIndex:
     def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT) -> None:
         self._folder = folder
         self._limit = limit
+        self._keep = limit  # how many the next scan keeps, from what the last one saw
         self._heap: list[str] = []
         self._known: set[str] = set()
         self._complete = False  # the heap held every name at the last scan
@@ -90,7 +95,8 @@ class ReadyIndex:
         # Streamed, never listed whole: a list of a million names would leave the allocator
         # holding ~100 MB for the kept strings' sake, and fork cost grows with the manager's RSS.
         with os.scandir(self._folder) as entries:
-            kept = heapq.nsmallest(self._limit, names(entries))
+            kept = heapq.nsmallest(self._keep, names(entries))
+        self._keep = min(max(self._limit, seen // KEPT_SHARE), max(self._limit, MAX_KEPT))
         self._complete = len(kept) == seen
         self._bound = kept[-1] if kept else ""
         self._heap = kept  # sorted, hence already a heap

@@ -122,3 +122,27 @@ def test_own_enqueues_do_not_make_an_index_watched(tmp_path: Path) -> None:
     index = ReadyIndex(tmp_path / "q" / "ready")
     index.note("100.x")
     assert index._watched is True
+
+
+def test_an_index_keeps_more_names_from_a_bigger_folder(tmp_path: Path, clock: Clock) -> None:
+    # A scan costs in proportion to the folder: keeping a share of it (not a fixed number)
+    # makes each scan serve proportionally more claims.
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    names = [f"100.job-{number:04d}" for number in range(320)]
+    for name in names:
+        (ready / name).mkdir()
+    index = ReadyIndex(ready, limit=4)
+
+    def claim_next() -> str | None:
+        name = index.pop()
+        if name is not None:
+            (ready / name).rmdir()  # what a claim's rename does
+        return name
+
+    assert [claim_next() for _ in range(4)] == names[:4]  # the first scan keeps the limit
+    assert index.scans == 1
+    assert [claim_next() for _ in range(20)] == names[4:24]  # the next keeps 320 // 16
+    assert index.scans == 2
+    claim_next()
+    assert index.scans == 3
