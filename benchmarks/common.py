@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import array
-import ctypes
 import fcntl
 import json
 import os
@@ -36,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jobs.files import sync_filesystem
+
 REPO = Path(__file__).resolve().parent.parent
 MEMORY_FILESYSTEMS = {"tmpfs", "ramfs"}
-_libc = ctypes.CDLL(None, use_errno=True)
 _FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS, _FS_TOPDIR_FL = 0x80086601, 0x40086602, 0x00020000
 
 
@@ -157,40 +157,32 @@ def empty(folder: Path) -> None:
 
 def set_top_directory(folder: Path) -> bool:
     """Ask ext4 to spread `folder`'s subfolders over fresh block groups; False if refused."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        flags = array.array("i", [0])
-        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
-        flags[0] |= _FS_TOPDIR_FL
-        fcntl.ioctl(fd, _FS_IOC_SETFLAGS, flags, True)
-        return True
-    except OSError:
+    flags = _inode_flags(folder)
+    if flags is None:
         return False
-    finally:
-        os.close(fd)
+    return _inode_flags(folder, flags | _FS_TOPDIR_FL) is not None
 
 
 def is_top_directory(folder: Path) -> bool:
+    return bool((_inode_flags(folder) or 0) & _FS_TOPDIR_FL)
+
+
+def _inode_flags(folder: Path, new: int | None = None) -> int | None:
+    """The folder's inode flags (`lsattr`), after setting them to `new` if given; None if refused."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         flags = array.array("i", [0])
         fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
-        return bool(flags[0] & _FS_TOPDIR_FL)
+        if new is not None:
+            flags[0] = new
+            fcntl.ioctl(fd, _FS_IOC_SETFLAGS, flags, True)
+        return flags[0]
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
 
 
-def sync_filesystem(path: Path) -> None:
-    """Flush the file system holding `path`, so a timed run does not pay for earlier writes."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _libc.syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), str(path))
-    finally:
-        os.close(fd)
 
 
 def add_common_options(parser: argparse.ArgumentParser) -> None:
@@ -321,3 +313,9 @@ def rounded(value: Any) -> Any:
 
 def ratio(value: float, reference: float) -> float:
     return value / reference if reference else float("nan")
+
+
+def manager_command(queue: Path, *options: str) -> list[str]:
+    """`forkvisor run` on `queue` with the benchmark tasks, concurrency 2, warnings only."""
+    app = ["--app", "benchmarks.tasks:registry", "--concurrency", "2"]
+    return [sys.executable, "-m", "supervisor.cli", "--log-level", "WARNING", "run", str(queue), *app, *options]

@@ -24,7 +24,6 @@ import random
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,20 +109,7 @@ def one_job(submit: Submit, done: Path, watch: DoneWatch, samples: Samples | Non
 
 
 def start_manager(queue: Path, durable: bool) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "supervisor.cli",
-        "--log-level",
-        "WARNING",
-        "run",
-        str(queue),
-        "--app",
-        "benchmarks.tasks:registry",
-        "--concurrency",
-        "2",
-    ]
-    return subprocess.Popen([*command, *([] if durable else ["--no-durable"])], cwd=common.REPO)
+    return subprocess.Popen(common.manager_command(queue, *([] if durable else ["--no-durable"])), cwd=common.REPO)
 
 
 def start_minimal_server(queue: Path, durable: bool) -> int:

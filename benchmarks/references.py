@@ -19,6 +19,7 @@ the manager they are compared with, so fork pays for the same resident memory.
 
 from __future__ import annotations
 
+import inspect
 import os
 import select
 import subprocess
@@ -56,22 +57,15 @@ def bare_fork(jobs: int, cap: int) -> None:
         running.discard(pid)
 
 
-SMALL_PROCESS_FORK = """
+# `bare_fork` itself (its source), timed in a fresh interpreter that imports nothing else.
+SMALL_PROCESS_FORK = f"""
 import os, resource, sys, time
-jobs, cap = int(sys.argv[1]), int(sys.argv[2])
+{inspect.getsource(bare_fork)}
 def cpu(who):
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
-running, started = set(), 0
 cpu0, children0, start = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
-while started < jobs or running:
-    while started < jobs and len(running) < cap:
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        running.add(pid)
-        started += 1
-    running.discard(os.waitpid(-1, 0)[0])
+bare_fork(int(sys.argv[1]), int(sys.argv[2]))
 print(time.perf_counter() - start, cpu(resource.RUSAGE_SELF) - cpu0, cpu(resource.RUSAGE_CHILDREN) - children0)
 """
 

@@ -149,20 +149,7 @@ class ManagerRun:
 def manager_run(queue: Queue, jobs: int) -> ManagerRun:
     """Run `forkvisor run --no-durable` until `jobs` more jobs are done; then drain it."""
     watch = Watch([queue.path / "done"])
-    command = [
-        sys.executable,
-        "-m",
-        "supervisor.cli",
-        "--log-level",
-        "WARNING",
-        "run",
-        str(queue.path),
-        "--app",
-        "benchmarks.tasks:registry",
-        "--concurrency",
-        "2",
-        "--no-durable",
-    ]
+    command = common.manager_command(queue.path, "--no-durable")
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=common.REPO)
     try:

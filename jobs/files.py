@@ -120,14 +120,15 @@ def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVA
             os.unlink(tmp)
             write_new(tmp, data, durable=durable, mode=mode)
     except OSError:
-        _unlink_if_there(tmp)  # disk full, say: leave no half-written dot-file behind
+        unlink_if_there(tmp)  # disk full, say: leave no half-written dot-file behind
         raise
     os.replace(tmp, path)
     if durable:
         fsync_dir(parent or ".")
 
 
-def _unlink_if_there(path: str) -> None:
+def unlink_if_there(path: StrPath) -> None:
+    """Remove `path`; nothing to do if it is not there."""
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -218,7 +218,7 @@ def spec_json(document: dict[str, Any]) -> bytes:
     one level further (JSON text holds no raw newline inside a string, so this is exact).
     Raises TypeError or ValueError as `json.dumps` does.
     """
-    fields = [f" {_KEY_TEXT.get(key) or _quoted(key)}: {_value_text(value)}" for key, value in document.items()]
+    fields = [f" {_quoted(key)}: {_value_text(value)}" for key, value in document.items()]
     return ("{\n" + ",\n".join(fields) + "\n}\n").encode() if fields else b"{}\n"
 
 
@@ -240,22 +240,6 @@ def _value_text(value: Any) -> str:
 
 
 _quoted = encode_basestring_ascii  # what json.dumps uses for strings (ensure_ascii)
-_KEY_TEXT = {
-    key: _quoted(key)
-    for key in (
-        "format",
-        "id",
-        "function",
-        "args",
-        "kwargs",
-        "max_attempts",
-        "timeout",
-        "priority",
-        "memory_limit",
-        "created",
-        "metadata",
-    )
-}
 
 
 _SPEC_TYPES: dict[str, tuple[type, ...]] = {

@@ -270,9 +270,9 @@ class Queue:
         try:
             for name in (RESULT_FILE, f".{RESULT_FILE}.link"):
                 self.folder.clear_the_way(claim.path, name, now)
-            _unlink_if_there(staging)
+            files.unlink_if_there(staging)
             if not os.path.exists(source):
-                _unlink_if_there(result)
+                files.unlink_if_there(result)
                 return
             os.link(source, staging)
             os.replace(staging, result)
@@ -506,13 +506,6 @@ class Queue:
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
         return filesystem_now(self.path, self.folder.file_mode)
-
-
-def _unlink_if_there(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 __all__ = ["Call", "Claim", "Queue", "Submitter"]
