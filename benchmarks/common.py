@@ -183,8 +183,6 @@ def _inode_flags(folder: Path, new: int | None = None) -> int | None:
         os.close(fd)
 
 
-
-
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, help="where to make the queues (a disk file system, not tmpfs)")
     parser.add_argument("--full", action="store_true", help="bigger N and more rounds (slower)")
@@ -317,5 +315,5 @@ def ratio(value: float, reference: float) -> float:
 
 def manager_command(queue: Path, *options: str) -> list[str]:
     """`forkvisor run` on `queue` with the benchmark tasks, concurrency 2, warnings only."""
-    app = ["--app", "benchmarks.tasks:registry", "--concurrency", "2"]
+    app = ["--app", "benchmarks.tasks:registry", "--path", str(REPO), "--concurrency", "2"]
     return [sys.executable, "-m", "supervisor.cli", "--log-level", "WARNING", "run", str(queue), *app, *options]

@@ -38,7 +38,7 @@ def sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-@registry.job(name="examples.flaky", max_attempts=5, retry=tenacity.wait_exponential(multiplier=0.1, max=2))
+@registry.job(name="examples.flaky", max_attempts=5, backoff=tenacity.wait_exponential(multiplier=0.1, max=2))
 def flaky(chance: float = 0.5) -> str:
     """Fail at random, like a call to an unreliable service; retried with backoff."""
     if random.random() < chance:

@@ -14,15 +14,18 @@ job. It starts no processes and never imports `supervisor`.
       quarantine/           entries that were not jobs, each with a NAME.why note
       purged.log            one line per job an operator purged
 
-A job directory holds `job.json` (the immutable spec), `attempts` (attempts
-used, written before each run starts), `attempt-N/` (one per run: stdout,
-stderr, result.json, outcome.json), `result.json` (done), `error.json`
-(dead: the last cause) and `events` (an append-only log of transitions).
+A job directory holds `job.json` (the immutable spec: only what the submitter
+set), `attempts` (attempts used, written before each run starts), `attempt-N/`
+(one per run: policy.json, stdout, stderr, result.json, outcome.json),
+`result.json` (done), `error.json` (dead: the last cause) and `events` (an
+append-only log of transitions). A job's policy (attempts, timeout, memory
+limit, backoff) is resolved by the claiming manager: see `jobs.policy`.
 
 Transitions, each one rename(2) of the job directory:
 
     enqueue   tmp/ID                -> ready/RRR.ID or scheduled/DUE.RRR.ID
-    claim     ready/RRR.ID          -> claimed/OWNER/ID   (then attempts += 1)
+    claim     ready/RRR.ID          -> claimed/OWNER/ID   (then attempts += 1, attempt-N/policy.json)
+    give back claimed/OWNER/ID      -> ready/RRR.ID       (a function this claimer does not run: untouched)
     complete  claimed/OWNER/ID      -> done/ID
     fail      claimed/OWNER/ID      -> scheduled/DUE.RRR.ID (retry) or dead/ID
     release   claimed/OWNER/ID      -> ready/RRR.ID       (attempts -= 1)
@@ -35,10 +38,13 @@ Assumptions: POSIX rename(2) on one file system; renameat2(RENAME_NOREPLACE)
 where available (else a check-then-rename fallback). Details: docs/FORMAT.md.
 """
 
+__version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
+__forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
+
 from jobs.command import COMMAND, Command, command_call
-from jobs.config import format_duration, parse_duration
 from jobs.errors import (
     ArgumentNotSerializable,
+    BadArguments,
     CannotComplete,
     ClaimLost,
     InternalError,
@@ -50,26 +56,34 @@ from jobs.errors import (
     MoveCollision,
     NotFinished,
     QueueError,
+    StorageError,
     UnknownCallable,
+    UnsupportedFormat,
     WaitTimeout,
     WrongState,
+    storage_error,
 )
 from jobs.job import Attempt, Job, JobOptions, JobSpec, State, is_job_id, new_job_id
 from jobs.lease import Liveness, Owner, unknown_liveness
+from jobs.policy import Functions, Policy, Source
 from jobs.registry import Registered, Registry
-from jobs.retry import DEFAULT_WAIT, retry_delay
+from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
 from jobs.store import Call, Claim, Queue, Submitter
+from jobs.units import format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
     "COMMAND",
-    "DEFAULT_WAIT",
+    "DEFAULT_BACKOFF",
     "ArgumentNotSerializable",
     "Attempt",
+    "Backoff",
+    "BadArguments",
     "Call",
     "CannotComplete",
     "Claim",
     "ClaimLost",
     "Command",
+    "Functions",
     "InternalError",
     "InvalidJob",
     "InvalidJobId",
@@ -83,20 +97,27 @@ __all__ = [
     "MoveCollision",
     "NotFinished",
     "Owner",
+    "Policy",
     "Queue",
     "QueueError",
     "Registered",
     "Registry",
+    "Source",
     "State",
+    "StorageError",
     "Submitter",
     "UnknownCallable",
+    "UnsupportedFormat",
     "WaitTimeout",
     "WrongState",
     "command_call",
     "format_duration",
+    "format_size",
     "is_job_id",
     "new_job_id",
     "parse_duration",
+    "parse_size",
     "retry_delay",
+    "storage_error",
     "unknown_liveness",
 ]

@@ -1,57 +1,40 @@
-"""A queue's settings, kept in `queue.json` under "defaults", and durations.
+"""A queue's settings, kept in `queue.json` under "defaults".
 
-    max_attempts  attempts a job gets unless it says otherwise (3)
-    timeout       seconds a job may run unless it says otherwise (none)
+    max_attempts  attempts a job gets unless it or its function says otherwise (3)
+    timeout       seconds a job may run unless it or its function says otherwise (none)
+    memory_limit  bytes of RSS a job may use unless it or its function says otherwise (none)
+    backoff       delay between attempts unless the job or its function says otherwise
+                  (exponential 1s 5m)
     lease         seconds a silent manager keeps its claims (30)
     retention     done jobs older than this many seconds are purged by sweeps (none: kept)
 
-Jobs take `max_attempts` and `timeout` when they are enqueued (or, for a job a
-shell script wrote without them, when they are read); managers take `lease`
-and `retention` when they start, unless told otherwise.
+Only the settings someone set are stored; the rest take the built-in values
+above. The first four are the queue's level of a job's policy (see
+`jobs.policy`); managers take `lease` and `retention` when they start, unless
+told otherwise.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 from jobs.errors import InvalidJob
+from jobs.retry import DEFAULT_BACKOFF, Backoff
+from jobs.units import parse_duration, parse_size
 
-DEFAULTS: dict[str, Any] = {"max_attempts": 3, "timeout": None, "lease": 30.0, "retention": None}
+BUILT_IN: dict[str, Any] = {
+    "max_attempts": 3,
+    "timeout": None,
+    "memory_limit": None,
+    "backoff": str(DEFAULT_BACKOFF),
+    "lease": 30.0,
+    "retention": None,
+}
+"""Every setting's value where `queue.json` sets none: the one home of these defaults."""
+SETTINGS = tuple(BUILT_IN)
 NONE_WORDS = ("none", "null", "never", "off")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in `90`, `1.5`, `500ms`, `30s`, `5m`, `2h`, `7d`, `1w` or `1h30m`; raise ValueError."""
-    cleaned = text.strip().lower()
-    try:
-        seconds = float(cleaned)
-    except ValueError:
-        parts = _PART.findall(cleaned)
-        if not parts or "".join(number + unit for number, unit in parts) != cleaned:
-            raise ValueError(
-                f"{text!r} is not a duration: write seconds (90) or a number with a unit "
-                "(500ms, 30s, 5m, 2h, 7d, 1w, 1h30m)"
-            ) from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{text!r} is not a duration: it must be a finite number of seconds, at least 0")
-    return seconds
-
-
-def format_duration(seconds: float | None) -> str:
-    """The shortest of `45s`, `5m`, `2h`, `7d` (or seconds) that is exact; `none` for None."""
-    if seconds is None:
-        return "none"
-    for unit in ("d", "h", "m"):
-        size = _UNITS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
 
 
 def _attempts(value: Any) -> int:
@@ -61,8 +44,12 @@ def _attempts(value: Any) -> int:
     return number
 
 
+def _is_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)
+
+
 def _seconds(value: Any, *, optional: bool) -> float | None:
-    if optional and (value is None or (isinstance(value, str) and value.strip().lower() in NONE_WORDS)):
+    if optional and _is_none(value):
         return None
     if isinstance(value, str):
         try:
@@ -74,19 +61,44 @@ def _seconds(value: Any, *, optional: bool) -> float | None:
     return float(value)
 
 
+def _bytes(value: Any) -> int | None:
+    if _is_none(value):
+        return None
+    if isinstance(value, str):
+        try:
+            value = parse_size(value)
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJob(f"must be a size such as 512M, or none, got {value!r}")
+    return value
+
+
+def _backoff(value: Any) -> str:
+    return str(Backoff.parse(value))
+
+
 _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": _attempts,
     "timeout": lambda value: _seconds(value, optional=True),
+    "memory_limit": _bytes,
+    "backoff": _backoff,
     "lease": lambda value: _seconds(value, optional=False),
     "retention": lambda value: _seconds(value, optional=True),
 }
 
 
-def checked(key: str, value: Any) -> Any:
-    """`value` for setting `key`, converted from text where needed; raise InvalidJob if it does not fit."""
+def check_key(key: str) -> Callable[[Any], Any]:
+    """The check of setting `key`; raise InvalidJob naming the settings if there is no such one."""
     check = _CHECKS.get(key)
     if check is None:
-        raise InvalidJob(f"{key!r} is not a queue setting; the settings are: {', '.join(DEFAULTS)}")
+        raise InvalidJob(f"{key!r} is not a queue setting; the settings are: {', '.join(SETTINGS)}")
+    return check
+
+
+def checked(key: str, value: Any) -> Any:
+    """`value` for setting `key`, converted from text where needed; raise InvalidJob if it does not fit."""
+    check = check_key(key)
     try:
         return check(value)
     except InvalidJob as exc:
@@ -94,7 +106,12 @@ def checked(key: str, value: Any) -> Any:
         raise InvalidJob(message if message.startswith(key) else f"{key} {message}") from None
 
 
-def merged(stored: dict[str, Any]) -> dict[str, Any]:
-    """The effective settings: stored values over the defaults, unknown keys ignored
-    (a newer forkvisor may add settings; this one must still open the queue)."""
-    return {key: stored.get(key, default) for key, default in DEFAULTS.items()}
+def stored(document: dict[str, Any]) -> dict[str, Any]:
+    """The settings `queue.json` sets, checked; unknown keys are ignored (a newer forkvisor
+    may add settings; this one must still open the queue) and so are nulls (not set)."""
+    return {key: checked(key, value) for key, value in document.items() if key in _CHECKS and value is not None}
+
+
+def effective(stored_settings: dict[str, Any]) -> dict[str, Any]:
+    """Every setting: the stored value, else the built-in one."""
+    return {key: stored_settings.get(key, default) for key, default in BUILT_IN.items()}

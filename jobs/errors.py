@@ -6,6 +6,8 @@ would fix it.
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 
@@ -15,6 +17,39 @@ class JobsError(Exception):
 
 class QueueError(JobsError):
     """The queue folder cannot be used: missing, not a queue, too new, unwritable."""
+
+
+class StorageError(QueueError):
+    """The queue's file system refused: it is full, over quota, read-only, or not permitted."""
+
+    def __init__(self, message: str, errno_: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno_
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def storage_error(exc: OSError, action: str, queue: str | os.PathLike[str]) -> StorageError:
+    """One line for a file system error met while trying to `action` on `queue`: what
+    happened in words, and what to do, without the temporary path the syscall saw."""
+    return StorageError(f"cannot {action} {queue}: {storage_reason(exc, queue)}", exc.errno)
+
+
+def storage_reason(exc: OSError, queue: str | os.PathLike[str]) -> str:
+    if exc.errno == errno.ENOSPC:
+        return (
+            "its file system is full; free space and try again "
+            f"(`forkvisor purge {queue} --state done --older-than 7d` deletes finished jobs, even on a full disk)"
+        )
+    if exc.errno == errno.EDQUOT:
+        return f"the disk quota is used up; free space (`forkvisor purge {queue} ...`) or raise the quota"
+    if exc.errno == errno.EROFS:
+        return "it is on a read-only file system; remount it read-write (status, list, show and logs work as it is)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        where = f" on {os.fspath(exc.filename)}" if exc.filename else ""
+        return f"permission denied{where}; this needs write access to the whole queue folder"
+    return exc.strerror or str(exc)
 
 
 class JobNotFound(JobsError, LookupError):
@@ -27,6 +62,14 @@ class InvalidJobId(JobsError, ValueError):
 
 class InvalidJob(JobsError, ValueError):
     """A job spec is malformed: bad `job.json`, wrong types, bad options."""
+
+
+class UnsupportedFormat(InvalidJob):
+    """A job was written in a newer format than this forkvisor reads; a newer manager can run it."""
+
+
+class BadArguments(JobsError, TypeError):
+    """The arguments given to `enqueue` do not fit the registered function's signature."""
 
 
 class ArgumentNotSerializable(JobsError, TypeError):

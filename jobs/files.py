@@ -135,6 +135,15 @@ def unlink_if_there(path: StrPath) -> None:
         pass
 
 
+def unlink_regular(path: StrPath) -> None:
+    """Remove `path` if it is a regular file (never a link's target, never a folder)."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def append_line(path: StrPath, line: str, mode: int = PRIVATE) -> None:
     """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
     # O_NONBLOCK: a fifo planted in the file's place must not block the writer.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import config, files
-from jobs.errors import InvalidJob, QueueError
+from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,8 @@ class QueueFolder:
         except PermissionError as exc:
             raise QueueError(f"cannot open queue {self.path}: {exc.strerror} ({exc.filename or exc})") from None
         self.shared = bool(marker.get("shared", False))
-        self.defaults = self._settings(marker)
+        self.stored_settings = self._settings(marker)  # what queue.json sets
+        self.settings = config.effective(self.stored_settings)  # and the built-in values for the rest
         self.dir_mode = 0o2770 if self.shared else 0o700
         self.file_mode = 0o660 if self.shared else 0o600
 
@@ -66,7 +67,7 @@ class QueueFolder:
                 self.path.parent.mkdir(parents=True, exist_ok=True)  # as `mkdir -p`, with the umask's modes
                 self._mkdir(self.path, 0o2770 if shared else 0o700)
             except OSError as exc:
-                raise QueueError(f"cannot create queue {self.path}: {exc.strerror or exc}") from None
+                raise storage_error(exc, "create queue", self.path) from None
         elif not self.path.is_dir():
             raise QueueError(f"cannot open queue {self.path}: it is not a folder")
         marker_path = self.path / MARKER
@@ -85,7 +86,7 @@ class QueueFolder:
                 f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
                 f"(found {', '.join(stray[:5])}); use an empty or new folder"
             )
-        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": config.DEFAULTS}
+        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": {}}
         data = json.dumps(document, indent=1).encode() + b"\n"
         tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)  # left by an earlier attempt of this pid
@@ -93,7 +94,7 @@ class QueueFolder:
             files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
         except OSError as exc:
             tmp.unlink(missing_ok=True)  # a failed init (disk full) must not block the next one
-            raise QueueError(f"cannot create a queue in {self.path}: writing {MARKER} failed: {exc.strerror}") from None
+            raise storage_error(exc, "create queue", self.path) from None
         try:
             os.link(tmp, self.path / MARKER)  # link, not rename: a racing creator's marker wins
         except FileExistsError:
@@ -131,7 +132,7 @@ class QueueFolder:
                 try:
                     self._mkdir(folder, mode)
                 except OSError as exc:
-                    raise QueueError(f"cannot open queue {self.path}: cannot create {name}/ ({exc.strerror})") from None
+                    raise storage_error(exc, f"create {name}/ in queue", self.path) from None
 
     def _mkdir(self, path: Path, mode: int) -> None:
         try:
@@ -145,20 +146,30 @@ class QueueFolder:
         if not isinstance(stored, dict):
             raise QueueError(f'cannot open queue {self.path}: {MARKER} "defaults" must be a JSON object')
         try:
-            return {key: config.checked(key, value) for key, value in config.merged(stored).items()}
+            return config.stored(stored)
         except InvalidJob as exc:
             raise QueueError(
                 f"cannot open queue {self.path}: {MARKER} has a bad setting: {exc}; fix it with `forkvisor config`"
             ) from None
 
-    def write_defaults(self, changes: dict[str, Any]) -> None:
-        """Check and store new settings in `queue.json` (see `jobs.config`)."""
-        checked = {key: config.checked(key, value) for key, value in changes.items()}
+    def write_settings(self, changes: dict[str, Any]) -> None:
+        """Check and store new settings in `queue.json` (see `jobs.config`); a value of
+        None unsets one (it takes the built-in value again)."""
+        checked = {key: _checked_or_unset(key, value) for key, value in changes.items()}
         marker = self._read_marker(self.path / MARKER)
-        marker["defaults"] = {**marker.get("defaults", {}), **checked}
+        current = marker.get("defaults", {})
+        marker["defaults"] = {key: value for key, value in {**current, **checked}.items() if value is not None}
         data = json.dumps(marker, indent=1).encode() + b"\n"
         files.replace_file(self.path / MARKER, data, durable=True, mode=self.file_mode)
-        self.defaults = self._settings(marker)
+        self.stored_settings = self._settings(marker)
+        self.settings = config.effective(self.stored_settings)
+
+    def reload_settings(self) -> bool:
+        """Read `queue.json` again (an operator may have changed a setting); whether it changed."""
+        stored = self._settings(self._read_marker(self.path / MARKER))
+        changed = stored != self.stored_settings
+        self.stored_settings, self.settings = stored, config.effective(stored)
+        return changed
 
     # -- paths ---------------------------------------------------------------
 
@@ -198,6 +209,16 @@ class QueueFolder:
     def append_line(self, path: files.StrPath, line: str) -> None:
         files.append_line(path, line, mode=self.file_mode)
 
+    def mark(self, path: files.StrPath, line: str) -> None:
+        """A marker file whose existence is what counts (`cancel`): with its line, or empty on a
+        full disk (an empty file needs no data block)."""
+        try:
+            self.append_line(path, line)
+        except OSError as exc:
+            if exc.errno not in FULL:
+                raise
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode))
+
     # -- inside a job directory -------------------------------------------------
 
     def read_spec(self, job_dir: files.StrPath, job_id: str) -> JobSpec:
@@ -208,7 +229,7 @@ class QueueFolder:
             raise InvalidJob(f"job {job_id} has no {SPEC_FILE}; write it before publishing (docs/FORMAT.md)") from None
         except OSError as exc:
             raise InvalidJob(f"job {job_id}: cannot read {SPEC_FILE}: {exc.strerror or exc}") from None
-        return JobSpec.from_json(data, job_id, self.defaults)
+        return JobSpec.from_json(data, job_id)
 
     def read_counter(self, job_dir: files.StrPath) -> int:
         """Attempts used so far (the `attempts` file; missing means 0).
@@ -243,13 +264,21 @@ class QueueFolder:
     def write_json(self, path: files.StrPath, document: dict[str, Any]) -> None:
         self.replace_file(path, indented_json(document))
 
-    def bury(self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float) -> Path:
-        """Move a job to `dead/` with its cause in `error.json`.
+    def bury(
+        self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float, *, even_if_full: bool = False
+    ) -> Path:
+        """Move a job to `dead/` with its cause in `error.json`; `even_if_full`: on a full disk,
+        without it (an operator's cancel must work then; its command says what it did).
 
         Raises FileNotFoundError when `job_dir` is gone (someone else moved it).
         """
         self.clear_the_way(job_dir, ERROR_FILE, now)
-        self.write_json(job_dir / ERROR_FILE, cause)
+        try:
+            self.write_json(job_dir / ERROR_FILE, cause)
+        except OSError as exc:
+            if not (even_if_full and exc.errno in FULL):
+                raise
+            log.warning("job %s goes to dead/ without its error.json: %s", job_id, exc.strerror)
         self.clear_the_way(job_dir, RESULT_FILE, now)
         (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale owner's result never stands for this job
         target = self.state_dir(State.DEAD) / job_id
@@ -286,6 +315,14 @@ class QueueFolder:
         self.write_new(target.with_name(target.name + ".why"), note.encode("utf-8", "backslashreplace"))
         log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
         return target
+
+
+def _checked_or_unset(key: str, value: Any) -> Any:
+    """The stored form of a setting's new value; None (unset) for None."""
+    if value is None:
+        config.check_key(key)
+        return None
+    return config.checked(key, value)
 
 
 def _name(path: files.StrPath) -> str:

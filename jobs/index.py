@@ -14,6 +14,14 @@ the index needs no scan to see new names, only when it runs dry, so it rescans
 at most once a second: a safety net for events the kernel dropped. Names another
 manager claimed meanwhile cost one failed rename each, not a scan.
 
+Names the claimer gave back (jobs it cannot run: `skip`) are never handed out
+again, nor kept by a scan, as long as they stay in `ready/`: a head of jobs for
+other managers costs one look each, not one per turn. They are remembered by
+their hash (8 bytes of table each, not the string), and forgotten by the first
+scan that no longer sees them. A heap that ran dry after a scan that saw every
+name rescans only when that is cheap next to the last scan's own cost (again
+`STALE_FACTOR`), so a folder full of skipped names is not listed on every claim.
+
 The index is a hint: every name it gives may already be gone (another manager
 claimed it), and the claim's rename is what decides.
 """
@@ -51,12 +59,13 @@ class ReadyIndex:
         self._scanned_at = 0.0
         self._scan_cost = 0.0
         self._watched = False  # names have come from a watcher of the folder (inotify)
+        self._skipped: set[int] = set()  # hashes of names the claimer gave back
         self.scans = 0
 
     def pop(self, rescan: bool = True) -> str | None:
         """The next name to try, or None when `ready/` looks empty (or, with
         `rescan=False`, when the names in hand are used up)."""
-        if rescan and (not self._heap or self._is_stale()):
+        if rescan and (self._is_stale() or (not self._heap and self._worth_rescanning())):
             self.rescan()
         if not self._heap:
             return None
@@ -66,7 +75,7 @@ class ReadyIndex:
 
     def add(self, name: str) -> None:
         """Learn of a new entry (e.g. from inotify) without rescanning."""
-        if name in self._known or (not self._complete and name > self._bound):
+        if name in self._known or (not self._complete and name > self._bound) or hash(name) in self._skipped:
             return  # unseen names may sort before it: the next scan finds it
         heapq.heappush(self._heap, name)
         self._known.add(name)
@@ -77,6 +86,20 @@ class ReadyIndex:
         self._watched = True
         self.add(name)
 
+    def skip(self, name: str) -> None:
+        """Never hand out `name` again while it stays in `ready/` (the claimer cannot run it)."""
+        self._skipped.add(hash(name))
+
+    @property
+    def holds_names(self) -> bool:
+        """Whether names are in hand (after a scan: whether it found any not skipped)."""
+        return bool(self._heap)
+
+    @property
+    def skipped(self) -> int:
+        """How many names are being skipped."""
+        return len(self._skipped)
+
     def forget_scan(self) -> None:
         """The watcher lost events (inotify's queue overflowed): names may be missing,
         so rescan before the next pop instead of waiting for the safety net."""
@@ -86,16 +109,23 @@ class ReadyIndex:
         started = time.monotonic()
         seen = 0
 
+        skipped, still_skipped = self._skipped, set()
+
         def names(entries: Iterator[os.DirEntry[str]]) -> Iterator[str]:
             nonlocal seen
             for entry in entries:
                 seen += 1
+                if skipped and (key := hash(entry.name)) in skipped:
+                    still_skipped.add(key)
+                    continue
                 yield entry.name
 
         # Streamed, never listed whole: a list of a million names would leave the allocator
         # holding ~100 MB for the kept strings' sake, and fork cost grows with the manager's RSS.
         with os.scandir(self._folder) as entries:
             kept = heapq.nsmallest(self._keep, names(entries))
+        self._skipped = still_skipped
+        seen -= len(still_skipped)
         self._keep = min(max(self._limit, seen // KEPT_SHARE), max(self._limit, MAX_KEPT))
         self._complete = len(kept) == seen
         self._bound = kept[-1] if kept else ""
@@ -104,6 +134,13 @@ class ReadyIndex:
         self._scanned_at = time.monotonic()
         self._scan_cost = self._scanned_at - started
         self.scans += 1
+
+    def _worth_rescanning(self) -> bool:
+        """With the heap dry: after a scan that kept only part of the folder, at once (the rest
+        is waiting); after one that kept it all, once the scan is old next to its own cost."""
+        if not self._complete or not self._skipped:
+            return True  # nothing skipped: the dry heap means a small or empty folder, cheap to list
+        return time.monotonic() - self._scanned_at > STALE_FACTOR * self._scan_cost
 
     def _is_stale(self) -> bool:
         age = time.monotonic() - self._scanned_at

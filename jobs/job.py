@@ -23,14 +23,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobs.errors import InvalidJob, InvalidJobId
+from jobs.errors import InvalidJob, InvalidJobId, UnsupportedFormat
+from jobs.retry import Backoff
+from jobs.units import bytes_of, epoch_of, seconds_of
 
 SPEC_FORMAT = 1
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 LATEST_DUE = 9_999_999_999.0  # 13 digits of milliseconds in scheduled/ names: the year 2286
+if TYPE_CHECKING:
+    from jobs.policy import Policy  # which imports this module
+
 _ID = r"\d{8}-\d{6}-\d{6}-[0-9a-f]{8}"
 _ID_RE = re.compile(rf"^{_ID}$")
 _READY_RE = re.compile(rf"^(\d{{3}})\.({_ID})$")
@@ -133,7 +138,14 @@ def parse_scheduled_name(name: str) -> tuple[str, int, float] | None:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """Per-job options; None means "use the registered or queue default"."""
+    """Per-job options; None means "not given": the function's, the queue's or the built-in
+    value applies (see `jobs.policy`). A timeout or memory limit of 0 means "no limit",
+    whatever the function or the queue say.
+
+    Durations may be seconds, text ("5m") or a `timedelta`; `run_at` epoch seconds or an
+    aware `datetime`; `memory_limit` bytes or text ("512M"); `backoff` text
+    ("exponential 1s 5m", "fixed 30s") or a `Backoff`.
+    """
 
     max_attempts: int | None = None
     timeout: float | None = None
@@ -141,71 +153,92 @@ class JobOptions:
     delay: float | None = None
     run_at: float | None = None
     memory_limit: int | None = None
+    backoff: str | None = None
     metadata: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.delay is not None and self.run_at is not None:
             raise InvalidJob("give either delay or run_at, not both")
+        try:
+            self._normalise("timeout", seconds_of(self.timeout, "timeout"))
+            self._normalise("delay", seconds_of(self.delay, "delay"))
+            self._normalise("run_at", epoch_of(self.run_at, "run_at"))
+            self._normalise("memory_limit", bytes_of(self.memory_limit, "memory_limit"))
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+        if self.backoff is not None:
+            if not isinstance(self.backoff, str | Backoff):
+                raise InvalidJob(
+                    f"a job's backoff must be text such as 'exponential 1s 5m' or a Backoff, got {self.backoff!r:.60} "
+                    "(a tenacity wait can be given to @registry.job(backoff=...))"
+                )
+            self._normalise("backoff", str(Backoff.parse(str(self.backoff))))
         _check_positive_int("max_attempts", self.max_attempts)
-        _check_positive_int("memory_limit", self.memory_limit)
-        _check_positive_number("timeout", self.timeout)
-        _check_number("delay", self.delay)
-        _check_number("run_at", self.run_at)
+        _check_limit("timeout", self.timeout)
+        _check_limit("memory_limit", self.memory_limit)
         if self.priority is not None:
             check_priority(self.priority)
         if self.metadata is not None and not isinstance(self.metadata, Mapping):
             raise InvalidJob(f"metadata must be a mapping, got {type(self.metadata).__name__}")
 
+    def _normalise(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+
+POLICY_FIELDS = ("max_attempts", "timeout", "memory_limit", "backoff")
+"""The fields of a spec that a function's registration and the queue may also set."""
+
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What to run and how: the content of `job.json`, never changed after enqueue."""
+    """What to run and how: the content of `job.json`, never changed after enqueue.
+
+    The policy fields hold what the submitter gave, None where it gave nothing; the
+    manager that claims the job resolves the rest (`jobs.policy`).
+    """
 
     id: str
     function: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-    max_attempts: int = 3
-    timeout: float | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None  # 0: no limit
     priority: int = 0
-    memory_limit: int | None = None
+    memory_limit: int | None = None  # 0: no limit
+    backoff: str | None = None
     created: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return spec_json(
-            {
-                "format": SPEC_FORMAT,
-                "id": self.id,
-                "function": self.function,
-                "args": list(self.args),
-                "kwargs": dict(self.kwargs),
-                "max_attempts": self.max_attempts,
-                "timeout": self.timeout,
-                "priority": self.priority,
-                "memory_limit": self.memory_limit,
-                "created": self.created,
-                "metadata": dict(self.metadata),
-            }
-        )
+        document: dict[str, Any] = {
+            "format": SPEC_FORMAT,
+            "id": self.id,
+            "function": self.function,
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+        }
+        given = {
+            "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "priority": self.priority,
+            "memory_limit": self.memory_limit,
+            "backoff": self.backoff,
+        }
+        document.update((key, value) for key, value in given.items() if value is not None)
+        document.update(created=self.created, metadata=dict(self.metadata))
+        return spec_json(document)
 
     @classmethod
-    def from_json(cls, data: bytes, job_id: str, defaults: Mapping[str, Any] | None = None) -> JobSpec:
-        """Decode and validate `job.json`; raise InvalidJob saying what is wrong.
-
-        Fields a submitter left out (a shell script, say) take the queue's `defaults`.
-        """
+    def from_json(cls, data: bytes, job_id: str) -> JobSpec:
+        """Decode and validate `job.json`; raise InvalidJob saying what is wrong
+        (UnsupportedFormat for a job written for a newer forkvisor)."""
         try:
             document = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InvalidJob(f"job.json is not valid JSON ({exc}); rewrite it as docs/FORMAT.md shows") from None
         if not isinstance(document, dict):
             raise InvalidJob("job.json must hold a JSON object; see docs/FORMAT.md")
-        fields = _validated_fields(document, job_id)
-        for key in ("max_attempts", "timeout"):
-            if key not in fields and defaults and defaults.get(key) is not None:
-                fields[key] = defaults[key]
-        return cls(id=job_id, **fields)
+        return cls(id=job_id, **_validated_fields(document, job_id))
 
 
 def spec_json(document: dict[str, Any]) -> bytes:
@@ -246,10 +279,11 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
     "function": (str,),
     "args": (list,),
     "kwargs": (dict,),
-    "max_attempts": (int,),
+    "max_attempts": (int, type(None)),
     "timeout": (int, float, type(None)),
     "priority": (int,),
     "memory_limit": (int, type(None)),
+    "backoff": (str, type(None)),
     "created": (int, float),
     "metadata": (dict,),
 }
@@ -257,6 +291,8 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
 
 def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
     version = document.get("format", SPEC_FORMAT)
+    if isinstance(version, int) and not isinstance(version, bool) and version > SPEC_FORMAT:
+        raise UnsupportedFormat(f"job.json has format {version}; this forkvisor reads format {SPEC_FORMAT}")
     if version != SPEC_FORMAT:
         raise InvalidJob(f"job.json has format {version!r}; this forkvisor reads format {SPEC_FORMAT}")
     if document.get("id", job_id) != job_id:
@@ -274,6 +310,7 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
         timeout=fields.get("timeout"),
         priority=fields.get("priority"),
         memory_limit=fields.get("memory_limit"),
+        backoff=fields.get("backoff"),
     )
     if not fields["function"]:
         raise InvalidJob('job.json field "function" is empty: name the registered function to run')
@@ -288,10 +325,11 @@ def _check_number(name: str, value: object) -> None:
         raise InvalidJob(f"{name} must be a finite number of seconds, got {value!r}")
 
 
-def _check_positive_number(name: str, value: object) -> None:
+def _check_limit(name: str, value: float | None) -> None:
+    """A timeout or a memory limit: positive, or 0 for "no limit"."""
     _check_number(name, value)
-    if value is not None and value <= 0:  # type: ignore[operator]  # checked numeric above
-        raise InvalidJob(f"{name} must be greater than 0, got {value!r}")
+    if value is not None and value < 0:
+        raise InvalidJob(f"{name} must be positive (or 0 for no limit), got {value!r}")
 
 
 def _check_positive_int(name: str, value: object) -> None:
@@ -328,6 +366,7 @@ class Job:
     result: Any = None
     error: Mapping[str, Any] | None = None
     owner: str | None = None
+    policy: Policy | None = None  # what its newest run was started under (attempt-N/policy.json)
 
     @property
     def function(self) -> str:

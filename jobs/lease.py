@@ -1,8 +1,10 @@
 """Owners and leases: who holds the jobs in `claimed/OWNER/`, and until when.
 
 An owner is a manager. It registers a folder `claimed/OWNER/` holding
-`.owner.json` (host, pid, process start time, boot id, lease length); the
-mtime of that file is its heartbeat. A lease is expired when the file
+`.owner.json` (host, pid, process start time, boot id, lease length), whose
+mtime is its heartbeat, and `.functions.json`, the functions it runs and the
+policy each declares (so `status` can tell which ready jobs no running manager
+can serve). A lease is expired when the file
 system's clock (the mtime of a file the sweeper has just touched) is past the
 heartbeat by more than the lease length, so a host whose clock is off does not
 expire healthy leases. On the same host the caller can say sooner that an
@@ -23,6 +25,8 @@ from typing import Any
 from jobs.errors import InvalidJob
 
 OWNER_FILE = ".owner.json"
+FUNCTIONS_FILE = ".functions.json"
+OWNER_FILES = (OWNER_FILE, FUNCTIONS_FILE)  # an owner folder's own files, beside its jobs
 REAPING_PREFIX = "reaping."
 DEFAULT_LEASE = 60.0  # for owners that do not say; a manager always gives its own
 _OWNER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\.\d{1,10}\.[0-9a-f]{6}$")
@@ -56,8 +60,10 @@ class Owner:
     def from_json(cls, data: bytes) -> Owner:
         """Decode `.owner.json`; raise InvalidJob if any field has the wrong type."""
         try:
-            owner = cls(**json.loads(data))
-        except (ValueError, TypeError) as exc:
+            document = json.loads(data)
+            known = {key: value for key, value in document.items() if key in cls.__dataclass_fields__}
+            owner = cls(**known)  # fields a newer forkvisor added are ignored, not a reason to reap
+        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
             raise InvalidJob(f"owner file is not valid: {exc}") from None
         checks = [
             isinstance(owner.name, str) and isinstance(owner.host, str),

@@ -1,34 +1,71 @@
-"""The registry: the only functions a manager will ever run, by name.
+"""The registry: the only functions a manager will ever run, by name, and their policies.
 
 A job names its function as a string in `job.json`; a manager runs it only if
 that name is in the registry it was given. Nothing is ever unpickled, so a
 job file cannot make a manager run code it was not told about.
+
+A registration may declare the function's policy (attempts, timeout, memory
+limit, backoff, priority). A manager applies it to every job of that function,
+however the job was enqueued (see `jobs.policy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from jobs.errors import InvalidJob, UnknownCallable
-from jobs.job import JobOptions
-from jobs.retry import DEFAULT_WAIT, WaitStrategy
+from jobs.errors import BadArguments, InvalidJob, UnknownCallable
+from jobs.job import JobOptions, check_priority
+from jobs.retry import WaitStrategy, as_backoff
+from jobs.units import bytes_of, seconds_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ATTRIBUTE = "__forkvisor_job__"
+_OPTION_NAMES = frozenset(JobOptions.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
 class Registered:
-    """A registered function and its defaults."""
+    """A registered function and its policy; None where it declares nothing."""
 
     name: str
     fn: Callable[..., Any]
-    max_attempts: int | None = None  # None: the queue's default
-    timeout: float | None = None
-    memory_limit: int | None = None
-    retry: WaitStrategy = DEFAULT_WAIT
+    max_attempts: int | None = None
+    timeout: float | None = None  # 0: no limit, whatever the queue says
+    memory_limit: int | None = None  # 0: no limit
+    backoff: WaitStrategy | None = None
+    priority: int | None = None  # used when the function object is enqueued (the name carries it)
+
+    def check_arguments(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Raise BadArguments if `fn(*args, **kwargs)` could not even be called."""
+        signature = self._signature
+        if signature is None:
+            return
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            misplaced = sorted(set(kwargs) & _OPTION_NAMES - set(signature.parameters))
+            if misplaced and not _takes_any_keyword(signature):
+                option = misplaced[0]
+                raise BadArguments(
+                    f"cannot enqueue {self.name}: {option} is a per-job option, not an argument of the function; "
+                    f"give it with queue.with_options({option}=...).enqueue(...)"
+                ) from None
+            raise BadArguments(f"cannot enqueue {self.name}{signature}: {exc}") from None
+
+    @functools.cached_property
+    def _signature(self) -> inspect.Signature | None:
+        try:
+            return inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return None  # a callable Python cannot introspect: it is called unchecked
+
+
+def _takes_any_keyword(signature: inspect.Signature) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
 
 
 class Registry:
@@ -47,9 +84,10 @@ class Registry:
         *,
         name: str | None = None,
         max_attempts: int | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        retry: WaitStrategy = DEFAULT_WAIT,
+        timeout: float | str | Any = None,
+        memory_limit: int | str | None = None,
+        backoff: str | WaitStrategy | None = None,
+        priority: int | None = None,
     ) -> Callable[[F], F]: ...
 
     def job(
@@ -59,16 +97,35 @@ class Registry:
         *,
         name: str | None = None,
         max_attempts: int | None = None,
-        timeout: float | None = None,
-        memory_limit: int | None = None,
-        retry: WaitStrategy = DEFAULT_WAIT,
+        timeout: float | str | Any = None,
+        memory_limit: int | str | None = None,
+        backoff: str | WaitStrategy | None = None,
+        priority: int | None = None,
     ) -> F | Callable[[F], F]:
-        """Register a function; use as `@registry.job` or `@registry.job(max_attempts=5)`."""
-        JobOptions(max_attempts=max_attempts, timeout=timeout, memory_limit=memory_limit)
+        """Register a function; use as `@registry.job` or `@registry.job(max_attempts=5, timeout="5m")`.
+
+        `timeout` takes seconds, text ("5m") or a timedelta, 0 for no limit; `memory_limit`
+        bytes or text ("512M"); `backoff` text ("exponential 1s 5m", "fixed 30s") or any
+        tenacity wait strategy.
+        """
+        try:  # the forms JobOptions takes from `with_options`, checked the same way
+            seconds, size = seconds_of(timeout, "timeout"), bytes_of(memory_limit, "memory_limit")
+        except ValueError as exc:
+            raise InvalidJob(str(exc)) from None
+        checked = JobOptions(max_attempts=max_attempts, timeout=seconds, memory_limit=size)
+        wait = None if backoff is None else as_backoff(backoff)
+        if priority is not None:
+            check_priority(priority)
 
         def register(function: F) -> F:
             entry = Registered(
-                default_name(function) if name is None else name, function, max_attempts, timeout, memory_limit, retry
+                name=default_name(function) if name is None else name,
+                fn=function,
+                max_attempts=checked.max_attempts,
+                timeout=checked.timeout,
+                memory_limit=checked.memory_limit,
+                backoff=wait,
+                priority=priority,
             )
             self._add(entry)
             setattr(function, _ATTRIBUTE, entry)
@@ -96,6 +153,10 @@ class Registry:
                 f"no function is registered as {name!r} (registered: {known}); "
                 "register it with @registry.job in the module the manager loads with --app"
             ) from None
+
+    def lookup(self, name: str) -> Registered | None:
+        """The function registered as `name`, or None."""
+        return self._by_name.get(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name

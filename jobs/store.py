@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,8 +20,26 @@ from typing import Any
 
 from jobs import files, sweep, view, waiting
 from jobs.command import command_call
-from jobs.errors import ClaimLost, InvalidJob, JobFailed, JobsError, MoveCollision, NotFinished, WrongState
-from jobs.folder import CANCEL_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem, filesystem_now
+from jobs.errors import (
+    ClaimLost,
+    InternalError,
+    InvalidJob,
+    JobFailed,
+    JobsError,
+    MoveCollision,
+    NotFinished,
+    UnsupportedFormat,
+    WrongState,
+)
+from jobs.folder import (
+    CANCEL_FILE,
+    OUTCOME_FILE,
+    RESULT_FILE,
+    QueueFolder,
+    entry_problem,
+    filesystem_now,
+    indented_json,
+)
 from jobs.index import ReadyIndex
 from jobs.job import (
     Job,
@@ -32,15 +51,19 @@ from jobs.job import (
     ready_name,
     scheduled_name,
 )
-from jobs.lease import OWNER_FILE, Owner
+from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, Owner
+from jobs.policy import POLICY_FILE, Functions, Policy, resolve
 from jobs.submit import Call, Publisher, Submitter
 
 log = logging.getLogger(__name__)
 
 
+FOREIGN_PER_CLAIM = 64  # jobs given back per claim() call, so one call stays short whatever the queue holds
+
+
 @dataclass(frozen=True)
 class Claim:
-    """A job this owner holds, with the attempt it is about to run."""
+    """A job this owner holds, with the attempt it is about to run and the policy it runs under."""
 
     job_id: str
     owner: str
@@ -48,6 +71,7 @@ class Claim:
     spec: JobSpec
     attempt: int
     attempts: int
+    policy: Policy
 
     @property
     def attempt_path(self) -> Path:
@@ -67,6 +91,8 @@ class Queue:
         self._ready = os.fspath(self.folder.state_dir(State.READY))
         self._claimed = os.fspath(self.folder.state_dir(State.CLAIMED))
         self._done = os.fspath(self.folder.state_dir(State.DONE))
+        self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
+        self.more_to_examine = False  # the last claim() stopped at its budget of jobs given back
 
     @property
     def path(self) -> Path:
@@ -109,22 +135,40 @@ class Queue:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """max_attempts, timeout, lease and retention of this queue (see `jobs.config`)."""
-        return dict(self.folder.defaults)
+        """Every setting of this queue, as it applies (see `jobs.config`)."""
+        return dict(self.folder.settings)
+
+    @property
+    def stored_settings(self) -> dict[str, Any]:
+        """The settings `queue.json` sets (the others take their built-in values)."""
+        return dict(self.folder.stored_settings)
+
+    def reload_settings(self) -> bool:
+        """Read the settings again (another process may have changed them); whether they changed."""
+        return self.folder.reload_settings()
 
     def configure(self, **changes: Any) -> dict[str, Any]:
-        """Check and store new settings; return them all. Durations may be text ("5m")."""
-        self.folder.write_defaults(changes)
+        """Check and store new settings (None unsets one); return them all. Durations
+        and sizes may be text ("5m", "512M")."""
+        self.folder.write_settings(changes)
         return self.settings
 
     # -- claiming and finishing -------------------------------------------------
 
-    def register_owner(self, owner: Owner) -> None:
-        """Create `claimed/OWNER/` with its owner file; its mtime is the heartbeat."""
+    def register_owner(self, owner: Owner, functions: Functions | None = None) -> None:
+        """Create `claimed/OWNER/` with its owner file (its mtime is the heartbeat) and, given
+        `functions`, the list of what it runs. A failed registration leaves nothing behind."""
         staging = self.folder.tmp / f".owner.{owner.name}"
-        self.folder.make_dir(staging)
-        self.folder.write_new(staging / OWNER_FILE, owner.to_json())
-        self.folder.move(staging, self.folder.state_dir(State.CLAIMED) / owner.name)
+        try:
+            self.folder.make_dir(staging)
+            self.folder.write_new(staging / OWNER_FILE, owner.to_json())
+            if functions is not None:
+                advertised = indented_json({"functions": functions.advertised()})
+                self.folder.write_new(staging / FUNCTIONS_FILE, advertised)
+            self.folder.move(staging, self.folder.state_dir(State.CLAIMED) / owner.name)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # our own fresh folder (disk full, say)
+            raise
 
     def heartbeat(self, owner: str) -> None:
         """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
@@ -144,19 +188,27 @@ class Queue:
                 return
         except FileNotFoundError:
             return  # a sweeper reaped it already
-        (owner_dir / OWNER_FILE).unlink(missing_ok=True)
+        for name in OWNER_FILES:
+            (owner_dir / name).unlink(missing_ok=True)
         try:
             owner_dir.rmdir()
         except OSError as exc:
             log.warning("cannot remove owner folder %s: %s", owner_dir, exc)
 
-    def return_unheld(self, owner: str, held: set[str], now: float | None = None) -> int:
+    def return_unheld(
+        self, owner: str, held: set[str], now: float | None = None, functions: Functions | None = None
+    ) -> int:
         """Return to the queue the jobs in `claimed/OWNER/` that the owner holds no run of:
         an error struck between their claim and their fork. Return how many moved."""
         now = time.time() if now is None else now
         cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
         owner_dir = self.folder.state_dir(State.CLAIMED) / owner
-        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._note_own_ready)
+        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._note_own_ready, functions)
+
+    def has_claimable(self) -> bool:
+        """Whether `ready/` holds, now, a job this queue object has not given back (one scan)."""
+        self._index.rescan()
+        return self._index.holds_names
 
     def note_ready(self, name: str) -> None:
         """Tell the claim index about a new `ready/` entry (from inotify)."""
@@ -171,25 +223,36 @@ class Queue:
         watcher's news: it must not make the index trust that it hears of every name)."""
         self._index.add(name)
 
-    def claim(self, owner: str, now: float | None = None) -> Claim | None:
-        """Claim the next ready job for `owner` and count its attempt; None if none is ready."""
+    def claim(self, owner: str, now: float | None = None, functions: Functions | None = None) -> Claim | None:
+        """Claim the next ready job for `owner` and count its attempt; None if none is ready.
+
+        With `functions`, only a job this claimer can run: any other is given back as it was
+        (no attempt used) and not looked at again by this queue object; its policy comes from
+        `functions`' registration. Without, every job is claimed and resolved without one.
+        """
         now = time.time() if now is None else now
         scans = self._index.scans
+        left = FOREIGN_PER_CLAIM
+        self.more_to_examine = False
         # At most one scan per call: entries that cannot be claimed must not keep it looping.
         while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
-            claim = self._claim_entry(owner, name, now)
-            if claim is not None:
+            claim = self._claim_entry(owner, name, now, functions)
+            if isinstance(claim, Claim):
                 return claim
+            if claim is _GIVEN_BACK and (left := left - 1) == 0:
+                self.more_to_examine = True  # the caller comes back at once, after its other chores
+                return None
         return None
 
-    def _claim_entry(self, owner: str, name: str, now: float) -> Claim | None:
+    def _claim_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | object:
         ready = self._ready
         parsed = parse_ready_name(name)
         problem = entry_problem(ready, name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
         if problem:
             self.folder.quarantine(Path(ready), name, problem, now)
             return None
-        assert parsed is not None
+        if parsed is None:
+            raise InternalError(f"ready entry {name!r} has no problem but no parsed name: a bug in forkvisor")
         owner_dir = f"{self._claimed}/{owner}"
         target = f"{owner_dir}/{parsed[0]}"
         try:
@@ -206,31 +269,63 @@ class Queue:
             return None
         files.checkpoint("claim:moved")
         try:
-            return self._begin_attempt(owner, Path(target), parsed[0], now)
+            return self._begin_attempt(owner, target, parsed[0], name, now, functions)
         except FileNotFoundError:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
-    def _begin_attempt(self, owner: str, job_dir: Path, job_id: str, now: float) -> Claim | None:
-        where = os.fspath(job_dir)
+    def _begin_attempt(
+        self, owner: str, where: str, job_id: str, name: str, now: float, functions: Functions | None
+    ) -> Claim | object:
+        job_dir = Path(where)
         try:
             spec = self.folder.read_spec(where, job_id)
+        except UnsupportedFormat as exc:
+            return self._give_back(where, name, f"job.json format ({exc})")
+        except InvalidJob as exc:
+            self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
+            return None
+        if functions is not None and not functions.knows(spec.function):
+            return self._give_back(where, name, spec.function)
+        try:
             used = self.folder.read_counter(where)
         except InvalidJob as exc:
             self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
             return None
+        registered = functions.registration(spec.function) if functions is not None else None
+        policy = resolve(spec, registered, self.folder.stored_settings)
         if os.path.exists(f"{where}/{CANCEL_FILE}"):  # cancelled while it ran: no further attempt
             self._bury(job_dir, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
             return None
-        if used >= spec.max_attempts:
-            message = f"all {spec.max_attempts} attempts were used (the last one's owner died before recording it)"
+        if used >= policy.max_attempts:
+            message = f"all {policy.max_attempts} attempts were used (the last one's owner died before recording it)"
             self._bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message}, now)
             return None
         self.folder.write_counter(where, used + 1)  # counted before the fork
         files.checkpoint("claim:counted")
         attempt = self._new_attempt_dir(where)
         files.checkpoint("claim:attempt-created")
-        self.folder.log_event(where, f"claimed by {owner}: attempt {used + 1}/{spec.max_attempts} (run {attempt})", now)
-        return Claim(job_id, owner, job_dir, spec, attempt, used + 1)
+        # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
+        record = indented_json(policy.to_json())
+        files.write_new(f"{where}/attempt-{attempt}/{POLICY_FILE}", record, durable=False, mode=self.folder.file_mode)
+        self.folder.log_event(
+            where, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {attempt})", now
+        )
+        return Claim(job_id, owner, job_dir, spec, attempt, used + 1, policy)
+
+    def _give_back(self, where: str, name: str, function: str) -> object:
+        """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
+        event (every manager that cannot run it passes it once), and never looked at again here."""
+        self._index.skip(name)  # first: the watcher will report the name coming back
+        try:
+            files.move(where, f"{self._ready}/{name}")
+        except FileNotFoundError:
+            return _GIVEN_BACK  # reaped meanwhile: the sweeper returned it
+        except MoveCollision:
+            self.folder.quarantine(
+                Path(where).parent, Path(where).name, f"{name} is in ready/ twice (a copy?)", time.time()
+            )
+        self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
+        return _GIVEN_BACK
 
     def _new_attempt_dir(self, job_dir: str) -> int:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
@@ -293,7 +388,7 @@ class Queue:
         now = time.time() if now is None else now
         if self._cancelled(claim, now):
             return State.DEAD
-        if permanent or claim.attempts >= claim.spec.max_attempts:
+        if permanent or claim.attempts >= claim.policy.max_attempts:
             reason = "cannot be completed" if permanent else "attempts exhausted"
             cause = {"reason": reason, "attempt": claim.attempts, "run": claim.attempt, **error}
             self._bury(claim.path, claim.job_id, cause, now, claim=claim)
@@ -302,7 +397,7 @@ class Queue:
         target = self._waiting_place(claim.spec, due, now)
         what = "ready" if target.parent.name == State.READY.value else f"retry in {delay:.1f}s"
         # Logged before the move: once in ready/, another manager may claim the job at once.
-        self.folder.log_event(claim.path, f"failed: attempt {claim.attempts}/{claim.spec.max_attempts}, {what}", now)
+        self.folder.log_event(claim.path, f"failed: attempt {claim.attempts}/{claim.policy.max_attempts}, {what}", now)
         self._move_claimed(claim, target, "fail")
         if target.parent.name == State.READY.value:
             self._index.add(target.name)
@@ -441,11 +536,12 @@ class Queue:
         if state.terminal:
             raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
         if state is State.CLAIMED:
-            self.folder.append_line(path / CANCEL_FILE, f"cancelled at {now}")
+            self.folder.mark(path / CANCEL_FILE, f"cancelled at {now}")
             self.folder.log_event(path, "cancel requested", now)
             return State.CLAIMED
+        cause = {"reason": "cancelled", "message": "cancelled by an operator"}
         try:
-            self.folder.bury(path, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
+            self.folder.bury(path, job_id, cause, now, even_if_full=True)
         except FileNotFoundError:
             return self.cancel(job_id, now)  # it moved meanwhile (claimed or promoted): look again
         return State.DEAD
@@ -467,11 +563,18 @@ class Queue:
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------
 
-    def sweep(self, now: float, is_alive: Callable[[Owner], bool | None], tmp_age: float = 3600.0) -> dict[str, int]:
+    def sweep(
+        self,
+        now: float,
+        is_alive: Callable[[Owner], bool | None],
+        tmp_age: float = 3600.0,
+        functions: Functions | None = None,
+    ) -> dict[str, int]:
         """One sweep: revert dead or expired owners' claims, promote due scheduled jobs,
-        quarantine abandoned submissions. `now` is the file system's clock."""
+        quarantine abandoned submissions. `now` is the file system's clock; `functions`
+        resolve a lost run's policy when its claimer recorded none."""
         return {
-            "reverted": sweep.reap_owners(self.folder, now, is_alive, self._index.add),
+            "reverted": sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions),
             "promoted": len(sweep.promote_due(self.folder, now, self._index.add)),
             "abandoned": sweep.clear_tmp(self.folder, now, tmp_age),
         }
@@ -507,5 +610,7 @@ class Queue:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
         return filesystem_now(self.path, self.folder.file_mode)
 
+
+_GIVEN_BACK = object()  # what _claim_entry returns for a job given back to ready/
 
 __all__ = ["Call", "Claim", "Queue", "Submitter"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from jobs import files
-from jobs.errors import ArgumentNotSerializable, InvalidJob, QueueError
+from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.job import (
     LATEST_DUE,
@@ -28,7 +28,8 @@ from jobs.job import (
     scheduled_name,
     spec_json,
 )
-from jobs.registry import default_name, registration_of
+from jobs.registry import Registered, default_name, registration_of
+from jobs.units import format_duration
 
 if TYPE_CHECKING:
     from jobs.store import Queue
@@ -102,28 +103,28 @@ class Publisher:
     def _build(self, call: Call, now: float) -> _Submission:
         options = call.options or _NO_OPTIONS
         name, registered = _function_name(call.fn)
-        defaults = self._folder.defaults
+        if registered is not None:
+            registered.check_arguments(tuple(call.args), call.kwargs)
         job_id = new_job_id(now)
-        priority = options.priority or 0
+        priority = _first(options.priority, registered and registered.priority, 0)
         args = list(call.args)
         kwargs = dict(call.kwargs)
         metadata = dict(options.metadata or {})
-        due = options.run_at if options.run_at is not None else (now + options.delay if options.delay else None)
-        if due is not None and due > LATEST_DUE:
-            raise InvalidJob(f"run at {due:.0f} is past the year 2286: give run_at in epoch seconds, not milliseconds")
-        document = {  # JobSpec.to_json's fields and order, without building a JobSpec per job
-            "format": SPEC_FORMAT,
-            "id": job_id,
-            "function": name,
-            "args": args,
-            "kwargs": kwargs,
-            "max_attempts": _first(options.max_attempts, registered.get("max_attempts"), defaults["max_attempts"]),
-            "timeout": _first(options.timeout, registered.get("timeout"), defaults["timeout"]),
-            "priority": priority,
-            "memory_limit": _first(options.memory_limit, registered.get("memory_limit"), None),
-            "created": now,
-            "metadata": metadata,
-        }
+        due = _due(options, now)
+        # JobSpec.to_json's fields and order, without building a JobSpec per job. Only what the
+        # submitter gave: the manager resolves the rest when it claims (jobs.policy).
+        document = {"format": SPEC_FORMAT, "id": job_id, "function": name, "args": args, "kwargs": kwargs}
+        if options.max_attempts is not None:
+            document["max_attempts"] = options.max_attempts
+        if options.timeout is not None:
+            document["timeout"] = options.timeout
+        document["priority"] = priority
+        if options.memory_limit is not None:
+            document["memory_limit"] = options.memory_limit
+        if options.backoff is not None:
+            document["backoff"] = options.backoff
+        document["created"] = now
+        document["metadata"] = metadata
         data = _encode(document, args, kwargs, metadata)
         return _Submission(job_id, priority, data, due if due is not None and due > now else None)
 
@@ -140,9 +141,7 @@ class Publisher:
                 files.fsync_dir(staging)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            raise QueueError(
-                f"cannot enqueue into {self._folder.path}: writing {job.id} failed: {exc.strerror or exc}"
-            ) from exc
+            raise storage_error(exc, "enqueue into", self._folder.path) from exc
         files.checkpoint("enqueue:staged")
         return staging
 
@@ -172,22 +171,36 @@ class Submitter:
         return self._queue.enqueue_many(Call(c.fn, c.args, c.kwargs, c.options or self._options) for c in calls)
 
 
-def _function_name(fn: Callable[..., Any] | str) -> tuple[str, dict[str, Any]]:
-    """The registered name of `fn` and its registered defaults."""
+def _function_name(fn: Callable[..., Any] | str) -> tuple[str, Registered | None]:
+    """The registered name of `fn`, and its registration when `fn` is the function itself."""
     if isinstance(fn, str):
         if not fn.strip():
             raise InvalidJob("the function name is empty: name a registered function")
-        return fn, {}
+        return fn, None
     registered = registration_of(fn)
     if registered is None:
         raise InvalidJob(
             f"{default_name(fn)} is not registered: decorate it with @registry.job, or enqueue its registered name"
         )
-    return registered.name, {
-        "max_attempts": registered.max_attempts,
-        "timeout": registered.timeout,
-        "memory_limit": registered.memory_limit,
-    }
+    return registered.name, registered
+
+
+def _due(options: JobOptions, now: float) -> float | None:
+    """When the job may run, or None for now; InvalidJob if that is past the last moment
+    a `scheduled/` name can hold."""
+    if options.run_at is not None:
+        if options.run_at > LATEST_DUE:
+            raise InvalidJob(
+                f"run_at {options.run_at:.0f} is past the year 2286: give run_at in epoch seconds, not milliseconds"
+            )
+        return options.run_at
+    if not options.delay:
+        return None
+    if now + options.delay > LATEST_DUE:
+        raise InvalidJob(
+            f"a delay of {format_duration(options.delay)} is too long: a job can wait until the year 2286 at most"
+        )
+    return now + options.delay
 
 
 def _encode(document: dict[str, Any], args: list[Any], kwargs: dict[str, Any], metadata: dict[str, Any]) -> bytes:
@@ -210,7 +223,7 @@ def _encode(document: dict[str, Any], args: list[Any], kwargs: dict[str, Any], m
 
 
 def _first(given: Any, registered: Any, default: Any) -> Any:
-    """The first that is not None: the job's option, the registered default, the queue's."""
+    """The first that is not None: the job's option, the registration's, the default."""
     if given is not None:
         return given
     return registered if registered is not None else default

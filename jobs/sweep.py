@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -20,18 +21,37 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from jobs import files, view
-from jobs.errors import InvalidJob, MoveCollision, WrongState
+from jobs.errors import FULL, InvalidJob, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import CANCEL_FILE, EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem
-from jobs.job import State, is_job_id, parse_scheduled_name, ready_name
-from jobs.lease import DEFAULT_LEASE, OWNER_FILE, REAPING_PREFIX, Liveness, Owner, is_expired, is_owner_name
+from jobs.job import JobSpec, State, is_job_id, parse_scheduled_name, ready_name
+from jobs.lease import (
+    DEFAULT_LEASE,
+    OWNER_FILE,
+    OWNER_FILES,
+    REAPING_PREFIX,
+    Liveness,
+    Owner,
+    is_expired,
+    is_owner_name,
+)
+from jobs.policy import Functions, resolve
 
 log = logging.getLogger(__name__)
 PURGE_PREFIX = ".purge."
 PURGED_LOG = "purged.log"
 
 
-def reap_owners(folder: QueueFolder, now: float, is_alive: Liveness, on_ready: Callable[[str], None]) -> int:
-    """Return claims of dead or expired owners to the queue; return how many jobs moved."""
+def reap_owners(
+    folder: QueueFolder,
+    now: float,
+    is_alive: Liveness,
+    on_ready: Callable[[str], None],
+    functions: Functions | None = None,
+) -> int:
+    """Return claims of dead or expired owners to the queue; return how many jobs moved.
+    A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
+    else the one `functions` and the queue resolve."""
+    revert = _Reverter(folder, on_ready, functions)
     claimed = folder.state_dir(State.CLAIMED)
     reverted = 0
     for name in os.listdir(claimed):
@@ -42,7 +62,7 @@ def reap_owners(folder: QueueFolder, now: float, is_alive: Liveness, on_ready: C
             continue
         if name.startswith(REAPING_PREFIX):
             unfinished = f"owner {name[len(REAPING_PREFIX) :]} was being reaped"
-            reverted += _revert_all(folder, owner_dir, unfinished, now, on_ready)
+            reverted += revert.all(owner_dir, unfinished, now)
             continue
         if not is_owner_name(name):
             folder.quarantine(claimed, name, "not an owner folder (HOST.PID.XXXXXX)", now)
@@ -57,7 +77,7 @@ def reap_owners(folder: QueueFolder, now: float, is_alive: Liveness, on_ready: C
             continue  # another sweeper is reaping it
         files.checkpoint("reap:fenced")
         log.warning("reaping %s: %s", name, cause)
-        reverted += _revert_all(folder, fenced, cause, now, on_ready)
+        reverted += revert.all(fenced, cause, now)
     return reverted
 
 
@@ -83,76 +103,100 @@ def _why_gone(owner_dir: Path, now: float, is_alive: Liveness) -> str | None:
 
 
 def return_unheld(
-    folder: QueueFolder, owner_dir: Path, held: set[str], cause: str, now: float, on_ready: Callable[[str], None]
+    folder: QueueFolder,
+    owner_dir: Path,
+    held: set[str],
+    cause: str,
+    now: float,
+    on_ready: Callable[[str], None],
+    functions: Functions | None = None,
 ) -> int:
     """Return the jobs in a live owner's folder that it does not hold (claimed, never started)."""
-    return _revert_jobs(folder, owner_dir, cause, now, on_ready, keep=held | {OWNER_FILE})
+    return _Reverter(folder, on_ready, functions).jobs(owner_dir, cause, now, keep=held | set(OWNER_FILES))
 
 
-def _revert_all(folder: QueueFolder, fenced: Path, cause: str, now: float, on_ready: Callable[[str], None]) -> int:
-    reverted = _revert_jobs(folder, fenced, cause, now, on_ready, keep={OWNER_FILE})
-    try:
-        (fenced / OWNER_FILE).unlink(missing_ok=True)
-        fenced.rmdir()
-    except FileNotFoundError:
-        pass  # another sweeper finished this reap
-    except OSError as exc:
-        log.warning("cannot remove %s yet: %s", fenced, exc)
-    return reverted
+class _Reverter:
+    """Sends the jobs of an owner folder back: to `ready/`, or to `dead/` when the lost run
+    was the last attempt its policy allowed."""
 
+    def __init__(self, folder: QueueFolder, on_ready: Callable[[str], None], functions: Functions | None) -> None:
+        self.folder = folder
+        self.on_ready = on_ready
+        self.functions = functions
 
-def _revert_jobs(
-    folder: QueueFolder, parent: Path, cause: str, now: float, on_ready: Callable[[str], None], keep: set[str]
-) -> int:
-    reverted = 0
-    try:
-        names = os.listdir(parent)
-    except FileNotFoundError:
-        return 0  # another sweeper finished this reap
-    except OSError as exc:  # one unreadable owner folder must not stop the rest of the sweep
-        log.error("cannot list %s to return its jobs: %s; fix its permissions", parent, exc)
-        return 0
-    for name in names:
-        if name in keep:
-            continue
-        problem = None if is_job_id(name) else "not a job id"
-        problem = problem or entry_problem(parent, name)
-        if problem:
-            folder.quarantine(parent, name, problem, now)
-            continue
+    def all(self, fenced: Path, cause: str, now: float) -> int:
+        reverted = self.jobs(fenced, cause, now, keep=set(OWNER_FILES))
         try:
-            _revert_job(folder, parent / name, name, cause, now, on_ready)
-            reverted += 1
+            for name in OWNER_FILES:
+                (fenced / name).unlink(missing_ok=True)
+            fenced.rmdir()
         except FileNotFoundError:
-            continue  # another sweeper moved it first
-        except MoveCollision:
-            why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
-            folder.quarantine(parent, name, why, now)
-    return reverted
+            pass  # another sweeper finished this reap
+        except OSError as exc:
+            log.warning("cannot remove %s yet: %s", fenced, exc)
+        return reverted
 
+    def jobs(self, parent: Path, cause: str, now: float, keep: set[str]) -> int:
+        folder = self.folder
+        reverted = 0
+        try:
+            names = os.listdir(parent)
+        except FileNotFoundError:
+            return 0  # another sweeper finished this reap
+        except OSError as exc:  # one unreadable owner folder must not stop the rest of the sweep
+            log.error("cannot list %s to return its jobs: %s; fix its permissions", parent, exc)
+            return 0
+        for name in names:
+            if name in keep:
+                continue
+            problem = None if is_job_id(name) else "not a job id"
+            problem = problem or entry_problem(parent, name)
+            if problem:
+                folder.quarantine(parent, name, problem, now)
+                continue
+            try:
+                self.job(parent / name, name, cause, now)
+                reverted += 1
+            except FileNotFoundError:
+                continue  # another sweeper moved it first
+            except MoveCollision:
+                why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
+                folder.quarantine(parent, name, why, now)
+        return reverted
 
-def _revert_job(
-    folder: QueueFolder, job_dir: Path, job_id: str, cause: str, now: float, on_ready: Callable[[str], None]
-) -> None:
-    try:
-        spec = folder.read_spec(job_dir, job_id)
-        used = folder.read_counter(job_dir)
-    except InvalidJob as exc:
-        folder.bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
-        return
-    _mark_lost_attempt(folder, job_dir, cause)
-    folder.clear_the_way(job_dir, RESULT_FILE, now)
-    (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a lost completion's result never stands
-    if (job_dir / CANCEL_FILE).exists():
-        folder.bury(job_dir, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
-    elif used >= spec.max_attempts:
-        message = f"attempt {used}/{spec.max_attempts} was lost: {cause}"
-        folder.bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
-    else:
-        target = folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
-        folder.log_event(job_dir, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
-        folder.move(job_dir, target)
-        on_ready(target.name)
+    def job(self, job_dir: Path, job_id: str, cause: str, now: float) -> None:
+        folder = self.folder
+        try:
+            spec = folder.read_spec(job_dir, job_id)
+            used = folder.read_counter(job_dir)
+        except UnsupportedFormat:
+            spec, used = None, 0  # a newer forkvisor's job: back to ready/ for a manager that reads it
+        except InvalidJob as exc:
+            folder.bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
+            return
+        _mark_lost_attempt(folder, job_dir, cause)
+        folder.clear_the_way(job_dir, RESULT_FILE, now)
+        (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a lost completion's result never stands
+        limit = None if spec is None else self._attempt_limit(job_dir, spec)
+        if (job_dir / CANCEL_FILE).exists():
+            folder.bury(job_dir, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
+        elif limit is not None and used >= limit:
+            message = f"attempt {used}/{limit} was lost: {cause}"
+            folder.bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
+        else:
+            priority = 0 if spec is None else spec.priority
+            target = folder.state_dir(State.READY) / ready_name(job_id, priority)
+            folder.log_event(job_dir, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
+            folder.move(job_dir, target)
+            self.on_ready(target.name)
+
+    def _attempt_limit(self, job_dir: Path, spec: JobSpec) -> int:
+        """The attempt limit the lost run was started under."""
+        recorded = view.recorded_policy(job_dir, view.last_attempt(job_dir))
+        if recorded is not None:
+            return recorded.max_attempts
+        registered = self.functions.registration(spec.function) if self.functions is not None else None
+        return resolve(spec, registered, self.folder.stored_settings).max_attempts
 
 
 def _mark_lost_attempt(folder: QueueFolder, job_dir: Path, cause: str) -> None:
@@ -238,14 +282,37 @@ def purge(folder: QueueFolder, state: State, older_than: float, now: float, dry_
     purged = []
     for path, job_id in victims:
         doomed = folder.tmp / f"{PURGE_PREFIX}{job_id}"
-        _record_purge(folder, job_id, state.value, now)  # first: a job never vanishes unrecorded
+        # The record first: a job never vanishes unrecorded. On a full disk its line may need a
+        # block that only deleting can free: free the job's own output first (it is going anyway).
+        _when_full_free_first(path, functools.partial(_record_purge, folder, job_id, state.value, now))
         try:
-            folder.move(path, doomed)
+            _when_full_free_first(path, functools.partial(folder.move, path, doomed))
         except FileNotFoundError:
             continue
         shutil.rmtree(doomed, ignore_errors=True)
         purged.append(job_id)
     return sorted(purged)
+
+
+def _when_full_free_first(job_dir: Path, step: Callable[[], None]) -> None:
+    """Run `step`; if the disk is full, delete the output files of `job_dir` and run it again."""
+    try:
+        step()
+    except OSError as exc:
+        if exc.errno not in FULL:
+            raise
+        log.warning("the disk holding %s is full: deleting the output of %s first", job_dir.parent, job_dir.name)
+        _free_output(job_dir)
+        step()
+
+
+def _free_output(job_dir: Path) -> None:
+    """Delete what takes room in a job being purged: its runs' stdout, stderr and results
+    (regular files only; links and anything planted are left to the tree's removal)."""
+    for run in view.attempt_dirs(job_dir):
+        for name in ("stdout", "stderr", RESULT_FILE):
+            files.unlink_regular(run / name)
+    files.unlink_regular(job_dir / RESULT_FILE)
 
 
 def _last_change(job_dir: Path) -> float:

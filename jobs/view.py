@@ -9,10 +9,12 @@ where the file system does not keep that count it falls back to a scan.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,8 @@ from jobs.job import (
     parse_scheduled_name,
     ready_name,
 )
-from jobs.lease import OWNER_FILE
+from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, REAPING_PREFIX, Liveness, Owner
+from jobs.policy import POLICY_FILE, Policy, registration_from, resolve
 
 _ATTEMPT_RE = re.compile(r"^attempt-([1-9][0-9]*)$")
 MAX_RESULT_BYTES = 64 * 1024 * 1024
@@ -132,6 +135,7 @@ def read_job(folder: QueueFolder, state: State, path: Path) -> Job:
         result=_read_json(path / RESULT_FILE, MAX_RESULT_BYTES) if state is State.DONE else None,
         error=_read_json(path / ERROR_FILE, 1 << 20) if state is State.DEAD else None,
         owner=path.parent.name if state is State.CLAIMED else None,
+        policy=recorded_policy(path, history[-1].number) if history else None,
     )
 
 
@@ -160,6 +164,12 @@ def _attempts(job_dir: Path) -> tuple[Attempt, ...]:
                 outcome = _read_json(Path(entry.path) / OUTCOME_FILE, 1 << 20)
                 found.append(Attempt(int(match[1]), Path(entry.path), outcome))
     return tuple(sorted(found, key=lambda attempt: attempt.number))
+
+
+def attempt_dirs(job_dir: Path) -> list[Path]:
+    """The `attempt-N` folders of a job (real folders only, never links)."""
+    with os.scandir(job_dir) as found:
+        return [Path(e.path) for e in found if _ATTEMPT_RE.match(e.name) and e.is_dir(follow_symlinks=False)]
 
 
 def last_attempt(job_dir: Path) -> int:
@@ -204,7 +214,97 @@ def _count_subdirs(path: Path) -> int:
 
 
 def stray_names(owner_dir: Path) -> Iterator[str]:
-    """Names in an owner folder other than its owner file (jobs and strays)."""
+    """Names in an owner folder other than its own files (jobs and strays)."""
     for name in os.listdir(owner_dir):
-        if name != OWNER_FILE and not name.startswith("."):
+        if name not in OWNER_FILES and not name.startswith("."):
             yield name
+
+
+def recorded_policy(job_dir: Path, run: int) -> Policy | None:
+    """The policy run `run` was started under (its `policy.json`), or None if it recorded none."""
+    if run < 1:
+        return None
+    try:
+        return Policy.from_json(files.read_limited(job_dir / f"attempt-{run}" / POLICY_FILE, 1 << 16))
+    except (OSError, InvalidJob):
+        return None
+
+
+@dataclass(frozen=True)
+class OwnerFolder:
+    """What one folder of `claimed/` says about its manager."""
+
+    path: Path
+    owner: Owner | None  # None: its owner file is missing or unreadable
+    heartbeat: float | None  # the owner file's mtime (file system clock)
+    functions: dict[str, dict[str, Any]] | None  # what it runs; None if it did not say
+    reaping: bool
+
+    def is_live(self, now: float, is_alive: Liveness) -> bool:
+        """Serving now: not being reaped, within its lease, and not known dead."""
+        if self.reaping or self.owner is None or self.heartbeat is None:
+            return False
+        return now <= self.heartbeat + self.owner.lease and is_alive(self.owner) is not False
+
+
+def owner_folders(folder: QueueFolder) -> list[OwnerFolder]:
+    """Every folder of `claimed/`, read without following links; unreadable parts are None."""
+    return [_owner_folder(path) for path in owner_dirs(folder)]
+
+
+def _owner_folder(path: Path) -> OwnerFolder:
+    try:
+        heartbeat: float | None = os.lstat(path / OWNER_FILE).st_mtime
+        owner: Owner | None = Owner.from_json(files.read_limited(path / OWNER_FILE, 1 << 16))
+    except (OSError, InvalidJob):
+        heartbeat, owner = None, None
+    return OwnerFolder(path, owner, heartbeat, _advertised(path), path.name.startswith(REAPING_PREFIX))
+
+
+def _advertised(owner_dir: Path) -> dict[str, dict[str, Any]] | None:
+    document = _read_json(owner_dir / FUNCTIONS_FILE, 1 << 20)
+    functions = document.get("functions") if isinstance(document, dict) else None
+    if not isinstance(functions, dict):
+        return None
+    return {name: declared for name, declared in functions.items() if isinstance(declared, dict)}
+
+
+def served_functions(owners: Iterable[OwnerFolder], now: float, is_alive: Liveness) -> dict[str, dict[str, Any]]:
+    """The functions live managers run, each with the policy the first of them declares."""
+    served: dict[str, dict[str, Any]] = {}
+    for found in owners:
+        if found.functions is not None and found.is_live(now, is_alive):
+            for name, declared in found.functions.items():
+                served.setdefault(name, declared)
+    return served
+
+
+def effective_policy(folder: QueueFolder, job: Job, served: Mapping[str, Mapping[str, Any]]) -> Policy:
+    """The policy to show for a job: its newest run's, as recorded; for a job that has not
+    run, what a live manager that runs its function would resolve now (without one, the
+    job's and the queue's levels only)."""
+    if job.policy is not None:
+        return job.policy
+    declared = served.get(job.function)
+    registered = registration_from(job.function, declared) if declared is not None else None
+    return resolve(job.spec, registered, folder.stored_settings)
+
+
+def head_functions(folder: QueueFolder, limit: int) -> tuple[int, dict[str, int]]:
+    """The functions named by the first `limit` ready jobs in claim order: (jobs read, count per
+    function). Jobs nobody can run gather at the head, since every other job is claimed past them."""
+    with os.scandir(folder.state_dir(State.READY)) as found:
+        head = heapq.nsmallest(limit, (entry.name for entry in found))
+    counts: dict[str, int] = {}
+    read = 0
+    for name in head:
+        job_id = job_id_of(State.READY, name)
+        if job_id is None:
+            continue
+        try:
+            function = folder.read_spec(folder.state_dir(State.READY) / name, job_id).function
+        except (InvalidJob, OSError):
+            continue  # claimed meanwhile, or malformed (a claim buries it)
+        counts[function] = counts.get(function, 0) + 1
+        read += 1
+    return read, counts

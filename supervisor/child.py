@@ -94,8 +94,9 @@ def _begin(claim: Claim, file_mode: int) -> bool:
     """What every job's child does first: title, output, pid, environment. (Its own random
     stream it already has: `random` reseeds itself in every forked child.)
     False if the attempt's folder is gone: a sweeper took the claim back before we started."""
-    spec = claim.spec
-    setproctitle(f"forkvisor: job {claim.job_id} {spec.function} attempt {claim.attempts}/{spec.max_attempts}")
+    setproctitle(
+        f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.policy.max_attempts}"
+    )
     # Plain strings, not Path objects, from here: every object a child makes costs it
     # copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     attempt = str(claim.attempt_path)

@@ -25,7 +25,7 @@ def checksum(text: str, rounds: int = 1000) -> str:
     return digest.hex()[:16]
 
 
-@registry.job(name="demo.flaky", max_attempts=6, retry=tenacity.wait_fixed(0.2))
+@registry.job(name="demo.flaky", max_attempts=6, backoff=tenacity.wait_fixed(0.2))
 def flaky(chance: float = 0.5) -> str:
     """Fail at random, as a job talking to an unreliable service would."""
     if random.random() < chance:
@@ -39,7 +39,7 @@ def slow(seconds: float) -> float:
     return seconds
 
 
-@registry.job(name="demo.crash", max_attempts=2, retry=tenacity.wait_fixed(0.2))
+@registry.job(name="demo.crash", max_attempts=2, backoff=tenacity.wait_fixed(0.2))
 def crash(code: int = 3) -> None:
     """Exit without cleaning up, as a job hit by a fatal error in C code would."""
     os._exit(code)

@@ -15,5 +15,9 @@ class ConfigError(SupervisorError, ValueError):
     """A manager setting is out of range or contradicts another."""
 
 
+class Stalled(SupervisorError):
+    """A --burst manager made no progress for its stall timeout: the queue's file system kept failing."""
+
+
 class InternalError(SupervisorError):
     """An invariant of the manager broke. This is a bug in forkvisor: please report it."""

@@ -18,8 +18,7 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, Claim, Queue, State, retry_delay
-from jobs.retry import WaitStrategy
+from jobs import COMMAND, Claim, Queue, State
 from supervisor.child import CHILD_ERROR_FILE
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 
@@ -52,7 +51,7 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
     return {
         "run": running.claim.attempt,
         "attempt": running.claim.attempts,
-        "max_attempts": running.claim.spec.max_attempts,
+        "max_attempts": running.claim.policy.max_attempts,
         "status": status.describe(),
         "exit_code": status.code,
         "signal": status.signal.name if status.signal else None,
@@ -72,9 +71,7 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
     }
 
 
-def settle(
-    queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any], wait: WaitStrategy
-) -> Retry | None:
+def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any]) -> Retry | None:
     """Move the job on after its attempt: done, back to ready (released by a shutdown),
     retry later, or dead. For a scheduled retry, return (due, job id, priority): the
     name `fail` gave it, so the manager can promote exactly that entry when due."""
@@ -85,7 +82,7 @@ def settle(
     if running.released:
         queue.release(claim, reason="released by the manager's shutdown")
         return None
-    now, delay = time.time(), retry_delay(wait, claim.attempts)
+    now, delay = time.time(), claim.policy.delay(claim.attempts)
     error = outcome["error"] or {"message": status.describe()}
     state = queue.fail(claim, error, now, delay=delay, permanent=is_permanent(running, status))
     return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
@@ -128,11 +125,11 @@ def child_error(attempt: Path) -> dict[str, Any] | None:
 
 def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     """An error message for an attempt that died without recording one itself."""
-    spec = running.claim.spec
+    spec, policy = running.claim.spec, running.claim.policy
     if running.limit == "timeout":
-        return {"type": "Timeout", "message": f"ran past its timeout of {spec.timeout:g}s; {status.describe()}"}
+        return {"type": "Timeout", "message": f"ran past its timeout of {policy.timeout or 0:g}s; {status.describe()}"}
     if running.limit == "memory":
-        limit_mb = (spec.memory_limit or 0) / 2**20
+        limit_mb = (policy.memory_limit or 0) / 2**20
         return {"type": "MemoryLimit", "message": f"used more than {limit_mb:.0f} MiB RSS; {status.describe()}"}
     if running.limit == "cancelled":
         return {"type": "Cancelled", "message": f"cancelled by an operator; {status.describe()}"}

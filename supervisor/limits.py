@@ -21,15 +21,15 @@ log = logging.getLogger(__name__)
 
 def deadline_of(running: Running) -> float:
     """When the job's timeout runs out (monotonic; infinity without a timeout)."""
-    return running.started + (running.claim.spec.timeout or float("inf"))
+    return running.started + (running.claim.policy.timeout or float("inf"))
 
 
 def limit_hit(running: Running, now: float, check_memory: bool) -> str | None:
     """ "timeout" or "memory" if the job just went past one of its limits."""
-    spec = running.claim.spec
-    if spec.timeout and now >= deadline_of(running):
+    policy = running.claim.policy
+    if policy.timeout and now >= deadline_of(running):
         return "timeout"
-    if check_memory and spec.memory_limit and tree_rss(running.pid) > spec.memory_limit:
+    if check_memory and policy.memory_limit and tree_rss(running.pid) > policy.memory_limit:
         return "memory"
     return None
 

@@ -32,21 +32,20 @@ from setproctitle import setproctitle
 
 from jobs import (
     COMMAND,
-    DEFAULT_WAIT,
     Claim,
     ClaimLost,
     Command,
+    Functions,
     JobsError,
     Queue,
-    QueueError,
     Registry,
     State,
     UnknownCallable,
+    storage_error,
 )
-from jobs.retry import WaitStrategy
 from supervisor import forking, harvest, limits, liveness, sweeper
 from supervisor.child import run_attempt, run_command
-from supervisor.errors import ConfigError
+from supervisor.errors import ConfigError, Stalled
 from supervisor.harvest import Running
 from supervisor.signals import SignalPipe
 from supervisor.watch import Watch, open_watch
@@ -71,13 +70,14 @@ class Settings:
     tmp_age: float = 3600.0  # a tmp/ entry older than this was abandoned
     retention: float | None = None  # purge done jobs older than this many seconds
     commands: bool = True  # run command jobs (see `jobs.command`)
+    stall_timeout: float = 60.0  # --burst gives up when the store has failed this long without a success
 
     def __post_init__(self) -> None:
         if not self.sweep_interval:
             object.__setattr__(self, "sweep_interval", min(5.0, self.lease / 6))
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
-        for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll"):
+        for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll", "stall_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be greater than 0, got {getattr(self, name)}")
         if self.sweep_interval >= self.lease:
@@ -100,6 +100,7 @@ class Manager:
         settings = {"lease": stored["lease"], "retention": stored["retention"], **settings}
         settings.setdefault("commands", not self.queue.folder.shared)
         self.settings = Settings(**settings)  # type: ignore[arg-type]  # checked by Settings itself
+        self.functions = Functions(self.registry, commands=self.settings.commands)
         self.running: dict[int, Running] = {}
         self.draining = False
         self.stopping_now = False
@@ -115,6 +116,9 @@ class Manager:
         self._started = False
         self._registered = False
         self._ready_fds: set[int] = set()  # what the last wait found readable
+        self._left_noted: set[str] = set()  # functions of jobs given back, already logged
+        self._failing_since: float | None = None  # the store has failed since then, with no success
+        self._last_failure = ""
         self._title = ""
         self._title_prefix = f"forkvisor: manager {self.queue.path}"
 
@@ -137,7 +141,9 @@ class Manager:
             self._selector.register(self._watch.fd, selectors.EVENT_READ)
         self._started = True
         settings = self.settings
-        self._sweeper = sweeper.SweeperChild(self.queue, settings.sweep_interval, settings.tmp_age, settings.retention)
+        self._sweeper = sweeper.SweeperChild(
+            self.queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention
+        )
         self._sweeper.keep(time.monotonic(), self._manager_fds())
         self._set_title()
         log.info(
@@ -145,14 +151,11 @@ class Manager:
         )
 
     def _register_at_start(self) -> None:
-        self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
-        try:
-            self.queue.register_owner(self.owner)  # at start, failing is fatal: the queue is unusable
+        try:  # at start, failing is fatal: say why in words (a full disk is not a permission problem)
+            self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
+            self.queue.register_owner(self.owner, self.functions)
         except OSError as exc:
-            raise QueueError(
-                f"cannot serve queue {self.queue.path}: cannot register in claimed/ ({exc.strerror}); "
-                "a manager needs write access to the whole queue folder"
-            ) from None
+            raise storage_error(exc, "serve", self.queue.path) from None
         self._registered = True
 
     def run(self, burst: bool = False) -> int:
@@ -163,8 +166,16 @@ class Manager:
                 self.step(timeout=None)
         finally:
             self.close()
+        if burst and self._stalled():
+            raise Stalled(
+                f"gave up on {self.queue.path} after {self.settings.stall_timeout:g}s in which every change to it "
+                f"failed: {self._last_failure}; jobs not finished stay where they are for the next manager"
+            )
         if burst and self.left_scheduled:
             log.info("left %d job(s) scheduled beyond the %gs horizon", self.left_scheduled, self.settings.horizon)
+        if burst and self.queue.left_for_others:
+            functions = ", ".join(f"{name} ({count})" for name, count in sorted(self.queue.left_for_others.items()))
+            log.warning("left ready the jobs this manager does not run: %s", functions)
         return 0
 
     def finished(self, burst: bool) -> bool:
@@ -172,7 +183,20 @@ class Manager:
             return False
         if self.draining or self.stopping_now:
             return True
-        return burst and self._nothing_left()
+        return burst and (self._stalled() or self._nothing_left())
+
+    def _stalled(self) -> bool:
+        since = self._failing_since
+        return since is not None and time.monotonic() - since >= self.settings.stall_timeout
+
+    def _store_worked(self) -> None:
+        """A job moved forward (claimed, or its outcome recorded): the store works."""
+        self._failing_since = None
+
+    def _store_failed(self, exc: BaseException) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+        self._last_failure = str(exc)
 
     def close(self) -> None:
         """Stop the sweeper, release what is still running, retire the owner folder."""
@@ -231,9 +255,11 @@ class Manager:
             deadlines.append(self._fork_retry_at)
         deadlines += [r.kill_at for r in self.running.values() if r.kill_at is not None]
         unstopped = [r for r in self.running.values() if r.limit is None]  # a stopped job waits on kill_at
-        deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.spec.timeout]
-        if any(r.claim.spec.memory_limit for r in unstopped):
+        deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.policy.timeout]
+        if any(r.claim.policy.memory_limit for r in unstopped):
             deadlines.append(self._next_memory_check)
+        if self.queue.more_to_examine and self._can_start_more():
+            deadlines.append(now)  # the last claim gave jobs back and stopped at its budget
         if self._drain_deadline is not None:
             deadlines.append(self._drain_deadline)
         if self._sweeper.pid is None and not self.stopping_now:
@@ -275,6 +301,15 @@ class Manager:
         if rescan:
             self._next_poll = now + self.settings.poll_interval
             self._check_drain_file()
+            self._reload_settings()
+
+    def _reload_settings(self) -> None:
+        """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""
+        try:
+            if self.queue.reload_settings():
+                log.info("queue settings changed: %s", self.queue.stored_settings)
+        except (OSError, JobsError) as exc:
+            log.error("cannot read the settings of %s: %s; keeping the ones read before", self.queue.path, exc)
 
     def _check_drain_file(self) -> None:
         if not self.draining and self._drain_request() != self._drain_at_start:
@@ -320,12 +355,31 @@ class Manager:
 
     def _claim_next(self) -> Claim | None:
         try:
-            return self.queue.claim(self.owner.name)
+            claim = self.queue.claim(self.owner.name, functions=self.functions)
+            if claim is not None:
+                self._store_worked()
+            return claim
         except ClaimLost:
             self._recover_from_reaping()
         except (OSError, JobsError) as exc:
+            self._store_failed(exc)
             log.error("cannot claim from %s: %s", self.queue.path, exc)
+        finally:
+            if len(self.queue.left_for_others) > len(self._left_noted):
+                self._note_left_for_others()
         return None
+
+    def _note_left_for_others(self) -> None:
+        """Say once per function that its jobs are left for other managers (a deploy that
+        has not reached this manager yet, or a manager without --app)."""
+        for function in sorted(set(self.queue.left_for_others) - self._left_noted):
+            self._left_noted.add(function)
+            log.warning(
+                "leaving jobs of %s to managers that run it: this one does not (it runs %s); "
+                "`forkvisor status` counts the ready jobs no running manager can serve",
+                function,
+                ", ".join(self.functions) or "nothing: start it with --app",
+            )
 
     def _launch(self, claim: Claim) -> None:
         try:
@@ -432,9 +486,11 @@ class Manager:
         try:
             self.queue.record_outcome(running.claim, outcome)
             self._move_on(running, status, outcome)
+            self._store_worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)
         except (OSError, JobsError) as exc:
+            self._store_failed(exc)
             if report:
                 log.error(
                     "cannot record the outcome of %s (pid %d, %s): %s; will retry",
@@ -447,15 +503,9 @@ class Manager:
         return True
 
     def _move_on(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any]) -> None:
-        retry = harvest.settle(self.queue, running, status, outcome, self._wait_strategy(running.claim))
+        retry = harvest.settle(self.queue, running, status, outcome)
         if retry is not None:
             heapq.heappush(self._retries_due, retry)
-
-    def _wait_strategy(self, claim: Claim) -> WaitStrategy:
-        try:
-            return self.registry.get(claim.spec.function).retry
-        except UnknownCallable:
-            return DEFAULT_WAIT
 
     # -- limits ----------------------------------------------------------------------
 
@@ -496,11 +546,12 @@ class Manager:
         try:
             self.queue.heartbeat(self.owner.name)
             held = {r.claim.job_id for r in self.running.values()} | {r.claim.job_id for r, _, _ in self._stranded}
-            self.queue.return_unheld(self.owner.name, held)
+            self.queue.return_unheld(self.owner.name, held, functions=self.functions)
         except ClaimLost:
             self._recover_from_reaping()
             return
         except (OSError, JobsError) as exc:
+            self._store_failed(exc)
             log.error("cannot renew the lease of %s: %s", self.owner.name, exc)
         self._check_claims(now)
 
@@ -529,9 +580,10 @@ class Manager:
         """Register as a new owner; on failure claim nothing and try again at the next heartbeat."""
         try:
             self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
-            self.queue.register_owner(self.owner)
+            self.queue.register_owner(self.owner, self.functions)
             self._registered = True
         except (OSError, JobsError) as exc:
+            self._store_failed(exc)
             log.error("cannot register as an owner of %s: %s; claiming nothing until it works", self.queue.path, exc)
             self._registered = False
 
@@ -546,8 +598,10 @@ class Manager:
     # -- status ---------------------------------------------------------------------
 
     def _nothing_left(self) -> bool:
+        """For --burst: nothing claimed anywhere, nothing ready that this manager can run,
+        nothing scheduled within the horizon."""
         counts = self.queue.counts()
-        if counts["ready"] or counts["claimed"]:
+        if counts["claimed"] or (counts["ready"] and self.queue.has_claimable()):
             return False
         if not counts["scheduled"]:
             return True
@@ -569,7 +623,7 @@ class Manager:
 
 def _job(claim: Claim) -> str:
     """How every log line names a job's attempt."""
-    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.spec.max_attempts}"
+    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.policy.max_attempts}"
 
 
 def _verdict(running: Running, status: forking.ExitStatus) -> str:

@@ -1,9 +1,14 @@
-"""What `forkvisor status` shows: counts, managers, running jobs, the oldest wait.
+"""What `forkvisor status` shows: counts, managers, running jobs, the oldest wait,
+and the ready jobs that no running manager can serve.
 
 Everything comes from the queue folder, so it works for managers on any host;
 for managers on this host, psutil adds the CPU and memory of each job's
 process tree. A snapshot is read one folder at a time while managers keep
 working, so it may be a moment out of date, never wrong about what it shows.
+
+Jobs that no manager runs are never claimed, so they gather at the head of
+`ready/`: reading the first `UNSERVED_SCAN` ready jobs in claim order finds
+them without reading a million specs.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, InvalidJob, Job, Owner, Queue, State, view
+from jobs import COMMAND, Job, Owner, Policy, Queue, State, view
 from jobs.job import created_at
-from jobs.lease import OWNER_FILE, REAPING_PREFIX
 from supervisor import liveness
 from supervisor.child import PID_FILE
+
+UNSERVED_SCAN = 1000
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,20 @@ class ManagerInfo:
     lease: float
     alive: bool | None  # this host can tell; None for another host
     reaping: bool  # a sweeper is returning its claims
+    functions: list[str] | None  # what it runs (forkvisor.command: command jobs); None if it does not say
+
+
+@dataclass(frozen=True)
+class Unserved:
+    """Ready jobs that no live manager runs, among the first `checked` in claim order."""
+
+    checked: int
+    functions: dict[str, int]  # function: how many of those jobs name it
+    known: bool = True  # False: a live manager does not say what it runs (an older forkvisor)
+
+    @property
+    def count(self) -> int:
+        return sum(self.functions.values())
 
 
 @dataclass(frozen=True)
@@ -55,21 +75,43 @@ class Snapshot:
     managers: list[ManagerInfo]
     running: list[RunningJob]
     oldest_ready_age: float | None  # seconds since the longest-waiting ready job was enqueued
+    unserved: Unserved
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        document["unserved"]["count"] = self.unserved.count
+        return document
 
 
 def take(queue: Queue) -> Snapshot:
     now = queue.filesystem_now()
+    folders = view.owner_folders(queue.folder)
+    served = view.served_functions(folders, now, liveness.is_alive)
     managers, running = [], []
-    for owner_dir in view.owner_dirs(queue.folder):
-        owner = _read_owner(owner_dir)
-        if owner is None:
-            continue
-        managers.append(_manager_info(owner, owner_dir, now))
-        running += _running_jobs(queue, owner, owner_dir, now)
-    return Snapshot(str(queue.path), queue.counts(), managers, running, _oldest_ready_age(queue, now))
+    for found in folders:
+        if found.owner is None:
+            continue  # retired or fenced as we looked, or not an owner: a sweeper deals with it
+        managers.append(_manager_info(found, found.owner, now))
+        running += _running_jobs(queue, found.owner, found.path, now, served)
+    unserved = _unserved(queue, folders, served, now)
+    return Snapshot(str(queue.path), queue.counts(), managers, running, _oldest_ready_age(queue, now), unserved)
+
+
+def _unserved(queue: Queue, folders: list[view.OwnerFolder], served: dict[str, Any], now: float) -> Unserved:
+    checked, functions = view.head_functions(queue.folder, UNSERVED_SCAN)
+    silent = any(f.functions is None and f.is_live(now, liveness.is_alive) for f in folders)
+    missing = {name: count for name, count in functions.items() if name not in served}
+    return Unserved(checked, missing, known=not silent)
+
+
+def served(queue: Queue) -> dict[str, Any]:
+    """The functions live managers of `queue` run, each with the policy one of them declares."""
+    return view.served_functions(view.owner_folders(queue.folder), queue.filesystem_now(), liveness.is_alive)
+
+
+def policy_of(queue: Queue, job: Job, served_now: dict[str, Any]) -> Policy:
+    """The policy to show for `job` (see `jobs.view.effective_policy`)."""
+    return view.effective_policy(queue.folder, job, served_now)
 
 
 def describe(job: Job) -> str:
@@ -77,25 +119,21 @@ def describe(job: Job) -> str:
     return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
 
 
-def _read_owner(owner_dir: Path) -> Owner | None:
-    try:
-        return Owner.from_json((owner_dir / OWNER_FILE).read_bytes())
-    except (OSError, InvalidJob):
-        return None  # retired or fenced as we looked, or not an owner: a sweeper deals with it
-
-
-def _manager_info(owner: Owner, owner_dir: Path, now: float) -> ManagerInfo:
-    try:
-        heartbeat = os.stat(owner_dir / OWNER_FILE).st_mtime
-    except OSError:
-        heartbeat = now
-    reaping = owner_dir.name.startswith(REAPING_PREFIX)
+def _manager_info(found: view.OwnerFolder, owner: Owner, now: float) -> ManagerInfo:
+    heartbeat = now if found.heartbeat is None else found.heartbeat
     return ManagerInfo(
-        owner.name, owner.host, owner.pid, max(0.0, now - heartbeat), owner.lease, liveness.is_alive(owner), reaping
+        owner.name,
+        owner.host,
+        owner.pid,
+        max(0.0, now - heartbeat),
+        owner.lease,
+        liveness.is_alive(owner),
+        found.reaping,
+        None if found.functions is None else sorted(found.functions),
     )
 
 
-def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float) -> list[RunningJob]:
+def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float, served: dict[str, Any]) -> list[RunningJob]:
     local = liveness.is_alive(owner) is not None
     found = []
     for path, job_id in view.entries_in(owner_dir, State.CLAIMED):
@@ -106,10 +144,9 @@ def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float) -> li
         pid, started = _pid_of(attempt_dir)
         cpu, rss = _tree_usage(pid, owner.pid) if local and pid is not None else (None, None)
         age = None if started is None else max(0.0, now - started)
+        limit = view.effective_policy(queue.folder, job, served).max_attempts
         found.append(
-            RunningJob(
-                job_id, job.function, describe(job), job.attempts, job.spec.max_attempts, owner.name, age, pid, cpu, rss
-            )
+            RunningJob(job_id, job.function, describe(job), job.attempts, limit, owner.name, age, pid, cpu, rss)
         )
     return found
 

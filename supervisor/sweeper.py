@@ -16,7 +16,7 @@ from pathlib import Path
 
 from setproctitle import setproctitle
 
-from jobs import JobsError, Queue, State
+from jobs import Functions, JobsError, Queue, State
 from supervisor import forking, liveness
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,9 @@ HEALTHY_RUN = 60.0  # a sweeper that ran this long before dying was not crash-lo
 PURGE_EVERY_MAX = 300.0  # applying the retention lists and stats all of done/: not at every sweep
 
 
-def run(path: Path, durable: bool, interval: float, tmp_age: float, retention: float | None) -> int:
+def run(
+    path: Path, functions: Functions, durable: bool, interval: float, tmp_age: float, retention: float | None
+) -> int:
     """Sweep `path` every `interval` seconds until killed (it dies with its manager)."""
     setproctitle(f"forkvisor: sweeper {path}")
     queue = Queue(path, create=False, durable=durable)
@@ -34,7 +36,7 @@ def run(path: Path, durable: bool, interval: float, tmp_age: float, retention: f
     while True:
         now = time.monotonic()
         purge_now = now >= next_purge
-        if sweep_once(queue, tmp_age, retention if purge_now else None) and purge_now:
+        if sweep_once(queue, functions, tmp_age, retention if purge_now else None) and purge_now:
             next_purge = now + every  # a failed sweep purges again at the next one
         time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
 
@@ -48,11 +50,12 @@ def purge_interval(retention: float | None, interval: float) -> float:
     return min(max(retention / 20, interval), PURGE_EVERY_MAX)
 
 
-def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> bool:
+def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: float | None) -> bool:
     """One sweep, and a retention purge unless `retention` is None; False if it failed."""
     try:
         now = queue.filesystem_now()
-        done = queue.sweep(now, liveness.is_alive, tmp_age)
+        queue.folder.reload_settings()  # a lost run's attempt limit may come from them
+        done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
         if retention is not None:
             done["purged"] = len(queue.purge(State.DONE, retention, now))
     except (OSError, JobsError) as exc:
@@ -66,8 +69,10 @@ def sweep_once(queue: Queue, tmp_age: float, retention: float | None) -> bool:
 class SweeperChild:
     """The manager's side of its sweeper: start it, restart it with back-off, stop it."""
 
-    def __init__(self, queue: Queue, interval: float, tmp_age: float, retention: float | None) -> None:
-        self._body = lambda: run(queue.path, queue.folder.durable, interval, tmp_age, retention)
+    def __init__(
+        self, queue: Queue, functions: Functions, interval: float, tmp_age: float, retention: float | None
+    ) -> None:
+        self._body = lambda: run(queue.path, functions, queue.folder.durable, interval, tmp_age, retention)
         self.pid: int | None = None
         self.restart_at = 0.0
         self._backoff = BACKOFF_MIN

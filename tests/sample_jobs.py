@@ -63,7 +63,15 @@ def nap(seconds: float) -> float:
     return seconds
 
 
-@registry.job(name="sample.fail", max_attempts=2, retry=tenacity.wait_fixed(0.1))
+@registry.job(name="sample.declared", max_attempts=2, timeout="0.5s", backoff="fixed 0.3s")
+def declared(seconds: float) -> float:
+    """A job whose registration declares its whole policy: the tests of every way to submit
+    it check that the manager enforces exactly this (tests/supervisor/test_policy_paths.py)."""
+    time.sleep(seconds)
+    return seconds
+
+
+@registry.job(name="sample.fail", max_attempts=2, backoff=tenacity.wait_fixed(0.1))
 def fail(message: str) -> NoReturn:
     raise ValueError(message)
 
@@ -222,3 +230,13 @@ def count_live(live: str, release: str) -> int:
     wait_for_file(Path(release, pid))
     os.unlink(Path(live, pid))
     return seen
+
+
+next_release = Registry()
+"""The registry of a newer deploy: it knows a function the one above does not
+(`--app tests.sample_jobs:next_release`), for the tests of rolling deploys."""
+
+
+@next_release.job(name="sample.added_later", max_attempts=4)
+def added_later(value: Any = None) -> dict[str, Any]:
+    return {"value": value, "manager": os.getppid()}

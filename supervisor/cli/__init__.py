@@ -1,116 +1,54 @@
-"""The `forkvisor` command. The only code that configures logging or exits.
+"""The `forkvisor` command's entry point: check that the packages are forkvisor's, then run.
 
-Exit codes (also in the README):
-  0    success
-  1    `wait`: a job it waited for ended in dead/
-  2    bad usage or input: an option, a job id, JSON, a duration, a state name
-  3    no such job, or a job in a state that does not allow the action
-  111  the queue or the environment cannot be used (missing, not a queue, bad --app)
-  124  `wait --timeout` ran out
-  101  internal error: a bug in forkvisor, please report it
-  130  interrupted (Ctrl-C)
+The check comes before anything of `jobs` is imported. supervisord's import name
+is also `supervisor`: pip installs both into one environment without a word,
+the second overwriting `supervisor/__init__.py`, and uninstalling either then
+breaks the other. A `jobs.py` on the search path shadows forkvisor's `jobs` the
+same way. Either way forkvisor refuses with one line (exit 111) instead of
+failing later with a traceback that blames something else. The commands
+themselves are in `supervisor.cli.program`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-from jobs import (
-    ArgumentNotSerializable,
-    InvalidJob,
-    InvalidJobId,
-    JobNotFound,
-    JobsError,
-    NotFinished,
-    UnknownCallable,
-    WaitTimeout,
-    WrongState,
-)
-from supervisor.cli import admin, inspect, serve, submit
-from supervisor.cli.common import (
-    EXIT_ENVIRONMENT,
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    EXIT_NOT_FOUND,
-    EXIT_TIMEOUT,
-    EXIT_USAGE,
-    Parser,
-    UsageError,
-)
-from supervisor.errors import ConfigError, SupervisorError
-
-LOG_FORMATS = {
-    "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
-    "short": "%(levelname)s %(message)s",
-    "json": '{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": %(message_json)s}',
-}
-_EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], int]] = [
-    ((UsageError, InvalidJobId, InvalidJob, ArgumentNotSerializable, ConfigError, UnknownCallable), EXIT_USAGE),
-    ((JobNotFound, WrongState, NotFinished), EXIT_NOT_FOUND),
-    (WaitTimeout, EXIT_TIMEOUT),
-    ((JobsError, SupervisorError, OSError), EXIT_ENVIRONMENT),
-]
+EXIT_ENVIRONMENT = 111
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse(list(sys.argv[1:] if argv is None else argv))
-    _configure_logging(args.log_level or getattr(args, "log_default", "WARNING"), args.log_format)
+    problem = foreign_package()
+    if problem is not None:
+        print(f"forkvisor: {problem}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    from supervisor.cli import program  # only now: it imports jobs
+
+    return program.main(argv)
+
+
+def foreign_package() -> str | None:
+    """Why the `supervisor` or `jobs` this interpreter imports is not forkvisor's, or None."""
+    import supervisor
+
+    if not getattr(supervisor, "__forkvisor__", False):
+        return (
+            f"the package `supervisor` at {_where(supervisor)} is not forkvisor's: supervisord, whose import name "
+            "is also `supervisor`, was installed over it; install forkvisor and supervisord in separate "
+            "environments (python -m venv), then reinstall forkvisor"
+        )
     try:
-        return int(args.command(args))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        sys.stderr.close()  # `forkvisor list | head`: the reader left; say nothing more
-        return 0
-    except Exception as exc:
-        for kinds, code in _EXIT_CODES:
-            if isinstance(exc, kinds):
-                print(f"forkvisor: {exc}", file=sys.stderr)
-                return code
-        logging.getLogger(__name__).exception("internal error: this is a bug in forkvisor, please report it")
-        return EXIT_INTERNAL
+        import jobs
+    except ImportError as exc:
+        return f"cannot import forkvisor's package `jobs` ({exc}): is a jobs.py on the search path? rename it"
+    if not getattr(jobs, "__forkvisor__", False):
+        return (
+            f"the module `jobs` at {_where(jobs)} is not forkvisor's and shadows it: rename it (e.g. to tasks.py) "
+            "or take its folder off the search path (PYTHONPATH, the current folder with python -m)"
+        )
+    return None
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
-    """Parse, taking everything after the first `--` as the command of `submit` (argparse
-    cannot place options before `--` and a variable-length positional after it)."""
-    command: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1 :]
-    top = parser()
-    args = top.parse_args(argv)
-    if command:
-        if not hasattr(args, "argv"):
-            top.error(f"unexpected -- {' '.join(command)}: only `forkvisor submit` takes a command after --")
-        args.argv = [*args.argv, *command]
-    return args
-
-
-def parser() -> Parser:
-    top = Parser(prog="forkvisor", description="A fork-per-job supervisor over a queue that lives in a folder.")
-    top.add_argument(
-        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO for run and demo, else WARNING"
-    )
-    top.add_argument("--log-format", default="text", choices=sorted(LOG_FORMATS))
-    commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
-    for module in (serve, admin, submit, inspect):
-        module.add_commands(commands)
-    return top
-
-
-class _JsonMessageFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        record.message_json = json.dumps(record.getMessage())
-        return super().format(record)
-
-
-def _configure_logging(level: str, style: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    formatter_class = _JsonMessageFormatter if style == "json" else logging.Formatter
-    handler.setFormatter(formatter_class(LOG_FORMATS[style]))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+def _where(module: ModuleType) -> str:
+    return str(getattr(module, "__file__", None) or list(getattr(module, "__path__", [])) or "?")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobs import InvalidJobId, JobsError, Queue, State, config, files, format_duration
+from jobs import InvalidJobId, JobsError, Queue, State, config, files, format_duration, format_size
 from supervisor.cli.common import (
     EXIT_JOB_DEAD,
     EXIT_NOT_FOUND,
@@ -28,22 +28,27 @@ from supervisor.cli.common import (
 )
 from supervisor.manager import DRAIN_FILE
 
-SETTINGS = ("max_attempts", "timeout", "lease", "retention")
+SETTINGS = config.SETTINGS
+UNSET = "default"  # `config QUEUE KEY default`: the built-in value again
 
 
 def add_commands(commands: Commands[Parser]) -> None:
     init = add_command(commands, "init", _init, "create a queue folder (or set the settings of an existing one)")
     add_queue(init)
     init.add_argument("--shared", action="store_true", help="group-writable queue (mode 2770) for several users")
-    init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it says (default 3)")
-    init.add_argument("--timeout", help="a job's timeout unless it says: 30s, 5m, none (default none)")
-    init.add_argument("--lease", help="silence after which a manager's claims are taken back (default 30s)")
-    init.add_argument("--retention", help="purge done jobs older than this: 7d, none (default none: keep)")
+    init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it or its function says (3)")
+    init.add_argument("--timeout", help="a job's timeout unless it or its function says: 30s, 5m, none (none)")
+    init.add_argument("--memory-limit", help="a job's RSS limit unless it or its function says: 512M, none (none)")
+    init.add_argument("--backoff", help="delay between attempts: 'fixed 30s', 'exponential 1s 5m' (the latter)")
+    init.add_argument("--lease", help="silence after which a manager's claims are taken back (30s)")
+    init.add_argument("--retention", help="purge done jobs older than this: 7d, none (none: keep)")
 
     settings = add_command(commands, "config", _config, "show or change a queue's settings")
     add_queue(settings)
     settings.add_argument("key", nargs="?", metavar="KEY", help=f"one of {', '.join(SETTINGS)}")
-    settings.add_argument("value", nargs="?", metavar="VALUE", help="the new value (durations: 30s, 5m, 7d, none)")
+    settings.add_argument(
+        "value", nargs="?", metavar="VALUE", help=f"the new value (30s, 5m, 7d, 512M, none; {UNSET}: the built-in one)"
+    )
     settings.add_argument("--json", action="store_true")
 
     add_queue(add_command(commands, "drain", _drain, "ask every manager of the queue, on any host, to drain"))
@@ -56,7 +61,10 @@ def add_commands(commands: Commands[Parser]) -> None:
 
     cancel = add_command(commands, "cancel", _cancel, "cancel jobs: queued ones go to dead/, running ones are stopped")
     add_queue(cancel)
-    cancel.add_argument("jobs", nargs="+", metavar="JOB")
+    cancel.add_argument("jobs", nargs="*", metavar="JOB")
+    cancel.add_argument(
+        "--function", metavar="F", help="every ready or scheduled job of F (say, one no manager will ever run)"
+    )
 
     purge = add_command(commands, "purge", _purge, "delete finished jobs older than a duration")
     add_queue(purge)
@@ -96,20 +104,26 @@ def _config(args: argparse.Namespace) -> int:
     if args.key is not None and args.key not in SETTINGS:
         raise UsageError(f"{args.key!r} is not a queue setting; the settings are: {', '.join(SETTINGS)}")
     if args.value is not None:
-        queue.configure(**{args.key: args.value})
-    settings = queue.settings
+        queue.configure(**{args.key: None if args.value == UNSET else args.value})
+    settings, stored = queue.settings, queue.stored_settings
     if args.json:
         print_json(settings if args.key is None else {args.key: settings[args.key]})
     elif args.key is not None:
         print(_shown(args.key, settings[args.key]))
     else:
+        width = max(len(_shown(key, settings[key])) for key in SETTINGS)
         for key in SETTINGS:
-            print(f"{key:<13}{_shown(key, settings[key])}")
+            note = "" if key in stored else "  (default)"
+            print(f"{key:<14}{_shown(key, settings[key]):<{width}}{note}".rstrip())
     return 0
 
 
 def _shown(key: str, value: Any) -> str:
-    return str(value) if key == "max_attempts" else format_duration(value)
+    if key == "memory_limit":
+        return format_size(value)
+    if key in ("max_attempts", "backoff"):
+        return str(value)
+    return format_duration(value)
 
 
 def _drain(args: argparse.Namespace) -> int:
@@ -141,14 +155,19 @@ def _retry(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    if bool(args.jobs) == bool(args.function):
+        raise UsageError("name the jobs to cancel, or give --function F for its ready and scheduled jobs (not both)")
     queue = open_queue(args)
+    ids = args.jobs or [
+        job.id for state in (State.READY, State.SCHEDULED) for job in queue.list(state, function=args.function)
+    ]
 
     def cancel(job_id: str) -> str:
         if queue.cancel(job_id) is State.CLAIMED:
             return "running: its manager stops it and moves it to dead/"
         return "cancelled: moved to dead/"
 
-    return _each(args.jobs, cancel)
+    return _each(ids, cancel)
 
 
 def _each(ids: list[str], action: Callable[[str], str]) -> int:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from jobs import JobOptions, Queue, State, format_duration, parse_duration
+from jobs import Backoff, InvalidJob, JobOptions, Queue, State, format_duration, parse_duration, parse_size
 
 EXIT_OK = 0
 EXIT_JOB_DEAD = 1  # `wait`: a job it waited for ended in dead/
@@ -30,18 +31,25 @@ class UsageError(Exception):
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line on stderr, never the usage dump."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # argparse takes `-5s` for an option, so `--timeout -5s` said "expected one argument";
+        # as a value, our own check says what is wrong with it ("must be positive").
+        self._negative_number_matcher = _NEGATIVE_VALUE
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 Commands = argparse._SubParsersAction  # argparse names this type only privately
+_NEGATIVE_VALUE = re.compile(r"^-\d[\d.]*[a-z]*$|^-\.\d+$")
 
 
 def add_command(
     commands: Commands[Parser], name: str, handler: Callable[[argparse.Namespace], int], text: str
 ) -> Parser:
     command: Parser = commands.add_parser(name, help=text, description=text)
-    command.set_defaults(command=handler)
+    command.set_defaults(command=handler, command_name=name)
     return command
 
 
@@ -66,8 +74,27 @@ def duration(text: str) -> float:
 def positive_duration(text: str) -> float:
     seconds = duration(text)
     if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than 0")
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive (longer than 0)")
     return seconds
+
+
+def limit_duration(text: str) -> float:
+    """A job's timeout: positive, or `none` (0) for no limit whatever its function or queue say."""
+    if text.strip().lower() in ("none", "0"):
+        return 0.0
+    return positive_duration(text)
+
+
+def limit_size(text: str) -> int:
+    """A job's memory limit: a size, or `none` (0) for no limit."""
+    return 0 if text.strip().lower() in ("none", "0") else size(text)
+
+
+def backoff(text: str) -> str:
+    try:
+        return str(Backoff.parse(text))
+    except InvalidJob as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def state(text: str) -> State:
@@ -108,15 +135,13 @@ def moment(text: str) -> float:
 
 def size(text: str) -> int:
     """Bytes in `512M`, `2G`, `100k` or a plain number."""
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
     try:
-        number = float(cleaned[:-1]) * units[cleaned[-1]] if cleaned and cleaned[-1] in units else float(cleaned)
-    except ValueError:
-        number = -1
+        number = parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: write bytes or 100k, 512M, 2G")
-    return int(number)
+    return number
 
 
 def key_value(text: str) -> tuple[str, str]:
@@ -130,14 +155,15 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def add_job_options(command: argparse.ArgumentParser) -> None:
-    group = command.add_argument_group("job options")
-    group.add_argument("--max-attempts", type=int, metavar="N", help="attempts before dead/ (default: the queue's)")
-    group.add_argument("--timeout", type=positive_duration, metavar="DURATION", help="e.g. 90, 30s, 5m, 2h")
+    group = command.add_argument_group("job options (default: the function's, else the queue's)")
+    group.add_argument("--max-attempts", type=int, metavar="N", help="attempts before dead/")
+    group.add_argument("--timeout", type=limit_duration, metavar="DURATION", help="e.g. 90, 30s, 5m, 2h; none")
     group.add_argument("--priority", type=int, default=None, metavar="P", help="-100..100, higher first (0)")
     when = group.add_mutually_exclusive_group()
     when.add_argument("--delay", type=duration, metavar="DURATION", help="run no earlier than this from now")
     when.add_argument("--at", type=moment, metavar="TIME", help="run no earlier than this (ISO 8601 or epoch)")
-    group.add_argument("--memory-limit", type=size, metavar="SIZE", help="stop the job above this RSS (512M)")
+    group.add_argument("--memory-limit", type=limit_size, metavar="SIZE", help="stop the job above this RSS (512M)")
+    group.add_argument("--backoff", type=backoff, metavar="BACKOFF", help="'fixed 30s' or 'exponential 1s 5m'")
     group.add_argument(
         "--meta", type=key_value, action="append", default=[], metavar="KEY=VALUE", help="metadata (repeatable)"
     )
@@ -152,6 +178,7 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         delay=args.delay,
         run_at=args.at,
         memory_limit=args.memory_limit,
+        backoff=args.backoff,
         metadata=metadata or None,
     )
 

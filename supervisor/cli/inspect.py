@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from jobs import COMMAND, Job, NotFinished, Queue, State, files, format_duration
+from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, files, format_duration, format_size
 from jobs.folder import EVENTS_FILE
 from jobs.job import created_at
 from supervisor import snapshot
@@ -91,6 +91,8 @@ def _status_text(taken: snapshot.Snapshot) -> str:
             f"  {manager.owner}  host {manager.host} pid {manager.pid}  heartbeat {ago(manager.heartbeat_age)} ago"
             f" (lease {format_duration(manager.lease)}){state_note}"
         )
+        lines.append(f"    runs {_functions(manager.functions)}")
+    lines += _unserved_lines(taken)
     lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
     for job in taken.running:
         lines.append(
@@ -98,6 +100,27 @@ def _status_text(taken: snapshot.Snapshot) -> str:
             f"  pid {job.pid or '-'}  cpu {'-' if job.cpu is None else f'{job.cpu:.2f}s'}  rss {megabytes(job.rss)}"
         )
     return "\n".join(lines)
+
+
+def _functions(functions: list[str] | None, shown: int = 8) -> str:
+    if functions is None:
+        return "? (an older forkvisor: it does not say)"
+    if not functions:
+        return "nothing"
+    more = f" and {len(functions) - shown} more" if len(functions) > shown else ""
+    return ", ".join(functions[:shown]) + more
+
+
+def _unserved_lines(taken: snapshot.Snapshot) -> list[str]:
+    unserved = taken.unserved
+    if not unserved.known:
+        return ["ready jobs no running manager runs: cannot tell (a manager does not say what it runs)"]
+    if not unserved.count:
+        return []
+    among = "" if unserved.checked < snapshot.UNSERVED_SCAN else f" among the first {unserved.checked} in claim order"
+    named = ", ".join(f"{name} ({count})" for name, count in sorted(unserved.functions.items()))
+    why = "no manager is running" if not taken.managers else "deploy a manager that runs them, or cancel them"
+    return [f"ready jobs no running manager runs: {unserved.count}{among}: {named}; {why}"]
 
 
 # -- list ---------------------------------------------------------------------------------
@@ -108,25 +131,26 @@ def _list(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
     queue = open_queue(args)
     found = queue.list(args.state, function=args.function, limit=args.limit or None)
+    served = snapshot.served(queue)
     if args.json:
-        print_json([_summary(job) for job in found])
+        print_json([_summary(job, snapshot.policy_of(queue, job, served)) for job in found])
         return 0
     width = min(40, max((len(snapshot.describe(job)) for job in found), default=8))
     for job in found:
-        tries = f"{job.attempts}/{job.spec.max_attempts}"
+        tries = f"{job.attempts}/{snapshot.policy_of(queue, job, served).max_attempts}"
         print(f"{job.id}  {job.state.value:<9} {snapshot.describe(job)[:width]:<{width}}  {tries}  {_detail(job)}")
     if args.limit and len(found) == args.limit and sys.stderr.isatty():
         print(f"(the first {args.limit}; --limit 0 lists all)", file=sys.stderr)
     return 0
 
 
-def _summary(job: Job) -> dict[str, Any]:
+def _summary(job: Job, policy: Policy) -> dict[str, Any]:
     return {
         "id": job.id,
         "state": job.state.value,
         "function": job.function,
         "attempts": job.attempts,
-        "max_attempts": job.spec.max_attempts,
+        "max_attempts": policy.max_attempts,
         "priority": job.spec.priority,
         "created": job.spec.created or created_at(job.id),
         "owner": job.owner,
@@ -155,10 +179,13 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    job = open_queue(args).job(args.job)
+    queue = open_queue(args)
+    job = queue.job(args.job)
     events = _events(job.path)
+    served = snapshot.served(queue)
+    policy = snapshot.policy_of(queue, job, served)
     if args.json:
-        print_json(_full(job, events))
+        print_json(_full(job, policy, events))
         return 0
     spec = job.spec
     print(f"job       {job.id}")
@@ -170,8 +197,10 @@ def _show(args: argparse.Namespace) -> int:
         print(f"args      {_short(list(spec.args), 200)}")
     if spec.kwargs:
         print(f"kwargs    {_short(dict(spec.kwargs), 200)}")
-    timeout = format_duration(spec.timeout)
-    print(f"attempts  {job.attempts}/{spec.max_attempts}   priority {spec.priority}   timeout {timeout}")
+    print(f"attempts  {job.attempts}/{policy.max_attempts}   priority {spec.priority}")
+    print(f"policy    {_policy_text(policy)}")
+    if not job.state.terminal and job.policy is None and job.function not in served:
+        print("          (no running manager runs this function: its own policy is not known here)")
     print(f"created   {when(spec.created or created_at(job.id))}")
     if spec.metadata:
         print(f"metadata  {_short(dict(spec.metadata), 200)}")
@@ -207,22 +236,39 @@ def _attempt_line(number: int, outcome: Any) -> str:
     return line
 
 
-def _full(job: Job, events: list[str]) -> dict[str, Any]:
+def _policy_text(policy: Policy) -> str:
+    shown = {
+        "max_attempts": str(policy.max_attempts),
+        "timeout": format_duration(policy.timeout),
+        "memory_limit": format_size(policy.memory_limit),
+        "backoff": policy.backoff,
+    }
+    return "  ".join(f"{name} {value} ({policy.sources[name]})" for name, value in shown.items())
+
+
+def _full(job: Job, policy: Policy, events: list[str]) -> dict[str, Any]:
     return {
-        **_summary(job),
+        **_summary(job, policy),
         "spec": {
             "function": job.spec.function,
             "args": list(job.spec.args),
             "kwargs": dict(job.spec.kwargs),
+            "max_attempts": job.spec.max_attempts,
             "timeout": job.spec.timeout,
             "memory_limit": job.spec.memory_limit,
+            "backoff": job.spec.backoff,
             "metadata": dict(job.spec.metadata),
         },
+        "policy": {name: {"value": value, "source": str(policy.sources[name])} for name, value in _values(policy)},
         "result": job.result,
         "error": job.error,
         "history": [{"run": attempt.number, "outcome": attempt.outcome} for attempt in job.history],
         "events": events,
     }
+
+
+def _values(policy: Policy) -> list[tuple[str, Any]]:
+    return [(name, policy.to_json()[name]) for name in ("max_attempts", "timeout", "memory_limit", "backoff")]
 
 
 def _events(job_dir: Path) -> list[str]:

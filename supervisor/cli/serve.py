@@ -8,7 +8,10 @@ import json
 import os
 import sys
 import tempfile
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 from jobs import Call, JobOptions, Queue, Registry, command_call
 from supervisor.cli.common import Commands, Parser, add_command, add_queue, positive_duration
@@ -28,7 +31,7 @@ def _add_run(commands: Commands[Parser]) -> None:
     run = add_command(commands, "run", _run, "run a manager on a queue")
     add_queue(run)
     run.set_defaults(log_default="INFO")
-    run.add_argument("--app", help="MODULE:REGISTRY, the registry of functions jobs may call (none: commands only)")
+    add_app(run, "the registry of functions jobs may call (none: command jobs only)")
     run.add_argument("--concurrency", "-c", type=int, default=os.cpu_count() or 2, help="children at once")
     run.add_argument("--burst", action="store_true", help="exit once nothing is ready, claimed or due soon")
     run.add_argument(
@@ -44,11 +47,14 @@ def _add_run(commands: Commands[Parser]) -> None:
     timing.add_argument("--kill-grace", type=positive_duration, default=5.0, help="between SIGTERM and SIGKILL")
     timing.add_argument("--poll-interval", type=positive_duration, default=1.0, help="safety-net rescan of the queue")
     timing.add_argument("--retention", type=positive_duration, help="purge done jobs older than this (queue's)")
+    timing.add_argument(
+        "--stall-timeout", type=positive_duration, default=60.0, help="--burst gives up after failing this long (1m)"
+    )
     run.add_argument("--no-durable", action="store_true", help="skip fsync (survives crashes, not power loss)")
 
 
 def _run(args: argparse.Namespace) -> int:
-    registry = load_app(args.app) if args.app else None
+    registry = load_app(args.app, args.path) if args.app else None
     queue = Queue(args.queue, create=False, durable=not args.no_durable)
     optional = {"lease": args.lease, "sweep_interval": args.sweep_interval, "retention": args.retention}
     optional["commands"] = args.commands
@@ -60,26 +66,81 @@ def _run(args: argparse.Namespace) -> int:
         drain_timeout=args.drain_timeout,
         kill_grace=args.kill_grace,
         poll_interval=args.poll_interval,
+        stall_timeout=args.stall_timeout,
         **{name: value for name, value in optional.items() if value is not None},
     )
     return manager.run(burst=args.burst)
 
 
-def load_app(spec: str) -> Registry:
-    """Import `module:attribute` (the current folder is importable) and check it is a Registry."""
+def add_app(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument("--app", metavar="MODULE:REGISTRY", help=what)
+    command.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="look for the --app module in DIR first (repeatable; the current folder only with --path .)",
+    )
+
+
+def load_app(spec: str, paths: Sequence[str] = ()) -> Registry:
+    """Import `module:attribute` and check it is a Registry. The search path gets `paths`
+    first; the current folder is searched only when given (`--path .`), so a module
+    planted in whatever folder a manager starts in is never imported by surprise."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise AppNotFound(f"--app {spec!r} must look like MODULE:REGISTRY, e.g. tasks:registry")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise AppNotFound(f"--app {spec}: cannot import {module_name} ({exc})") from None
+    sys.path[:0] = [os.path.abspath(path) for path in paths]
+    top = module_name.split(".")[0]
+    if top in ("jobs", "supervisor"):
+        raise AppNotFound(
+            f"--app {spec}: `{top}` is forkvisor's own package, which hides a module of yours of that name; "
+            "rename yours (e.g. to tasks.py)"
+        )
+    module = _import(spec, module_name)
     registry = getattr(module, attribute, None)
     if not isinstance(registry, Registry):
-        raise AppNotFound(f"--app {spec}: {module_name}.{attribute} is {type(registry).__name__}, not a jobs.Registry")
+        found = "missing" if registry is None else f"a {type(registry).__name__}"
+        raise AppNotFound(f"--app {spec}: {module_name}.{attribute} is {found}, not a jobs.Registry")
     return registry
+
+
+def _import(spec: str, module_name: str) -> ModuleType:
+    """Import the app's module; raise AppNotFound saying where and why it failed."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(f"{exc.name}.")):
+            here = os.path.exists(f"{exc.name.split('.')[0]}.py") or os.path.isdir(exc.name.split(".")[0])
+            hint = "; it is in the current folder, which is searched only with --path ." if here else ""
+            raise AppNotFound(
+                f"--app {spec}: no module named {exc.name!r} on the search path: give the folder that holds it "
+                f"with --path DIR (or set PYTHONPATH){hint}"
+            ) from None
+        raise AppNotFound(f"--app {spec}: importing {module_name} failed: {_raised(exc)}") from None
+    except (Exception, SystemExit) as exc:  # the app's own code failed: say where, not a forkvisor traceback
+        raise AppNotFound(f"--app {spec}: importing {module_name} raised {_raised(exc)}") from None
+
+
+def _raised(exc: BaseException) -> str:
+    """`Type: message (file:line)`, the line where it was raised."""
+    if isinstance(exc, SyntaxError):
+        where = f"{exc.filename}:{exc.lineno}"
+        message = exc.msg
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        message = str(exc)
+    return f"{type(exc).__name__}: {message} ({_relative(where)})"
+
+
+def _relative(where: str) -> str:
+    path, _, line = where.rpartition(":")
+    try:
+        shown = os.path.relpath(path)
+    except ValueError:
+        return where
+    return f"{shown if not shown.startswith('..') else path}:{line}"
 
 
 def _demo(args: argparse.Namespace) -> int:

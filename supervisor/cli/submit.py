@@ -26,7 +26,7 @@ from supervisor.cli.common import (
     key_value,
     open_queue,
 )
-from supervisor.cli.serve import load_app
+from supervisor.cli.serve import add_app, load_app
 
 
 def add_commands(commands: Commands[Parser]) -> None:
@@ -43,7 +43,7 @@ def add_commands(commands: Commands[Parser]) -> None:
     enqueue.add_argument("function", metavar="FUNCTION", help="the name it is registered under")
     enqueue.add_argument("--args", type=json_value, default=[], metavar="JSON", help="a JSON array: '[1, \"a\"]'")
     enqueue.add_argument("--kwargs", type=json_value, default={}, metavar="JSON", help="a JSON object: '{\"n\": 1}'")
-    enqueue.add_argument("--app", help="MODULE:REGISTRY to check FUNCTION and take its registered defaults")
+    add_app(enqueue, "check that FUNCTION is registered there and that the arguments fit it")
     add_job_options(enqueue)
 
 
@@ -84,7 +84,7 @@ def _enqueue(args: argparse.Namespace) -> int:
         raise UsageError(f"--kwargs must be a JSON object, got {type(args.kwargs).__name__}: e.g. --kwargs '{{}}'")
     function: Callable[..., Any] | str = args.function
     if args.app:
-        function = load_app(args.app).get(args.function).fn  # registered defaults, or UnknownCallable
+        function = load_app(args.app, args.path).get(args.function).fn  # UnknownCallable if it is not there
     job_id = open_queue(args).submit(Call(function, tuple(args.args), args.kwargs, job_options(args)))
     _print_ids([job_id])
     return 0

@@ -9,6 +9,9 @@ judged by what `ls` and `cat` show. What is checked, per docs/FORMAT.md:
   nothing in claimed/ and nothing quarantined;
 - attempts: the `attempts` counter never exceeds `max_attempts`, and neither
   does the number of runs that counted (runs not given back by a shutdown);
+  `max_attempts` is what the runs recorded in `attempt-N/policy.json`, and
+  every run recorded what the job and its function's registration declare
+  (the policy is resolved by the claiming manager, jobs/policy.py);
   a counter that differs from the counted runs must be explained by a claim
   that was reverted (its owner died between counting and running);
 - every run has an `outcome.json`, and its signature (`signature`) is either
@@ -46,9 +49,10 @@ from typing import Any
 
 from jobs.job import State, is_job_id, parse_ready_name, parse_scheduled_name
 from tests.chaos.behaviours import BY_NAME, Behaviour
+from tests.chaos.behaviours import registry as REGISTRY
 from tests.jobs_processes import invariants
 
-DEFAULT_MAX_ATTEMPTS = 3  # docs/FORMAT.md: queue.json's default, for a job.json that does not say
+DEFAULT_MAX_ATTEMPTS = 3  # jobs/config.py's built-in value: the chaos queue sets none
 LOST, RELEASED, SUCCEEDED = "lost", "released", "succeeded"
 KILLED_FROM_OUTSIDE = "killed by SIGKILL Crashed"  # a chaos SIGKILL of the job's child
 COUNTED_THEN_LOST = (  # events saying a claim's owner died after counting its attempt (jobs/sweep.py, jobs/store.py)
@@ -69,6 +73,7 @@ class Run:
     outcome: dict[str, Any] | None
     result_inode: int | None  # of attempt-N/result.json
     stdout_size: int
+    policy: dict[str, Any] | None  # attempt-N/policy.json: what its claimer resolved
 
     @property
     def signature(self) -> str:
@@ -96,8 +101,16 @@ class JobFolder:
     result_inode: int | None
 
     @property
+    def declared_max_attempts(self) -> int:
+        """What the job, else its function's registration, else the built-in value says."""
+        registered = REGISTRY.lookup(str(self.spec.get("function")))
+        return int(self.spec.get("max_attempts") or (registered and registered.max_attempts) or DEFAULT_MAX_ATTEMPTS)
+
+    @property
     def max_attempts(self) -> int:
-        return int(self.spec.get("max_attempts") or DEFAULT_MAX_ATTEMPTS)
+        """The limit the newest run that recorded its policy was started under."""
+        recorded = [run.policy["max_attempts"] for run in self.runs if run.policy]
+        return int(recorded[-1]) if recorded else self.declared_max_attempts
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -263,7 +276,8 @@ def _runs(job_dir: Path) -> Iterable[Run]:
         match = _ATTEMPT_RE.match(entry.name)
         if match and entry.is_dir(follow_symlinks=False):
             folder = Path(entry.path)
-            yield Run(int(match[1]), _read_json(folder / "outcome.json"), _inode(folder / "result.json"), _size(folder))
+            outcome, policy = _read_json(folder / "outcome.json"), _read_json(folder / "policy.json")
+            yield Run(int(match[1]), outcome, _inode(folder / "result.json"), _size(folder), policy)
 
 
 def _check_job(report: Report, job: JobFolder, killed: frozenset[int]) -> None:
@@ -300,7 +314,12 @@ def _terminal_event_repeated(job: JobFolder) -> list[str]:
 
 def _attempt_problems(report: Report, job: JobFolder) -> list[str]:
     counted = len(job.counted_runs())
-    problems = []
+    problems = [
+        f"run {run.number} recorded max_attempts {run.policy['max_attempts']}, "
+        f"but the job and its registration declare {job.declared_max_attempts}"
+        for run in job.runs
+        if run.policy and run.policy.get("max_attempts") != job.declared_max_attempts
+    ]
     if job.attempts > job.max_attempts:
         problems.append(f"attempts counter {job.attempts} is above max_attempts {job.max_attempts}")
     if counted > job.max_attempts:

@@ -23,6 +23,7 @@ import pytest
 from jobs import Job, Queue, is_job_id
 from tests.supervisor.conftest import (
     APP,
+    APP_PATH,
     REPO,
     Processes,
     barriers,
@@ -139,7 +140,9 @@ def one_id(result: Result) -> str:
 
 def burst(queue: Path, *options: str, app: bool = True, timeout: float = 30.0) -> Result:
     """`forkvisor run QUEUE --burst` with fast settings: run everything there is, then exit 0."""
-    result = cli("run", queue, "--burst", *FAST_RUN, *(["--app", APP] if app else []), *options, timeout=timeout)
+    result = cli(
+        "run", queue, "--burst", *FAST_RUN, *(["--app", APP, *APP_PATH] if app else []), *options, timeout=timeout
+    )
     assert result.code == 0, result
     assert "Traceback" not in result.err, result
     return result

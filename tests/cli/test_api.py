@@ -21,7 +21,7 @@ from jobs import (
 )
 from tests import sample_jobs
 from tests.cli.conftest import FAST_RUN, stop_manager
-from tests.supervisor.conftest import APP, REPO, Processes, dump
+from tests.supervisor.conftest import APP, APP_PATH, REPO, Processes, dump
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_result_returns_the_value_or_raises_why_not(procs: Processes, queue: Que
         queue.result(later, timeout=0.2)
     assert time.monotonic() - started < 3
 
-    manager = procs.forkvisor("run", str(queue.path), *FAST_RUN, "--app", APP, name="manager")
+    manager = procs.forkvisor("run", str(queue.path), *FAST_RUN, "--app", APP, *APP_PATH, name="manager")
     value_id = queue.enqueue(sample_jobs.ok, "api")
     dead_id = queue.enqueue(sample_jobs.cannot, "never possible")
 
@@ -65,7 +65,7 @@ def test_wait_returns_each_jobs_final_state(procs: Processes, queue: Queue) -> N
     with pytest.raises(InvalidJobId):
         queue.wait(["not-an-id"], timeout=1)
 
-    manager = procs.forkvisor("run", str(queue.path), *FAST_RUN, "--app", APP, name="manager")
+    manager = procs.forkvisor("run", str(queue.path), *FAST_RUN, "--app", APP, *APP_PATH, name="manager")
     assert queue.wait([done_id, dead_id], timeout=15) == {done_id: State.DONE, dead_id: State.DEAD}
     assert queue.wait(done_id, timeout=1) == {done_id: State.DONE}, "one id as a string"
     started = time.monotonic()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import UNKNOWN_ID, burst, cli, counts, new_queue, refused, submit
-from tests.supervisor.conftest import APP
+from tests.supervisor.conftest import APP, APP_PATH, REPO
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ CASES = [
     pytest.param(("wait", "{not_a_queue}"), 111, "not a queue", id="wait-not-a-queue"),
     pytest.param(("init", "{not_a_queue}"), 111, "not empty", id="init-in-a-used-folder"),
     pytest.param(
-        ("enqueue", "{queue}", "sample.ok", "--app", "tests.nowhere:registry"),
+        ("enqueue", "{queue}", "sample.ok", "--app", "tests.nowhere:registry", "--path", str(REPO)),
         111,
-        "cannot import",
+        "no module named 'tests.nowhere' on the search path",
         id="enqueue-bad-app",
     ),
     # no such job: 3
@@ -95,7 +95,7 @@ CASES = [
     pytest.param(("run", "{queue}", "--lease", "30 s", "--burst"), 2, "not a duration", id="run-bad-lease"),
     # other options and arguments: 2
     pytest.param(
-        ("enqueue", "{queue}", "sample.nope", "--app", APP),
+        ("enqueue", "{queue}", "sample.nope", "--app", APP, *APP_PATH),
         2,
         "no function is registered as 'sample.nope'",
         id="enqueue-unknown-function",
@@ -115,6 +115,36 @@ CASES = [
     pytest.param(("retry", "{queue}", "{done}", "--dead"), 2, "not both", id="retry-ids-and-dead"),
     pytest.param(("wait", "{queue}", "-", "{ready}"), 2, "must be the only", id="wait-dash-and-ids"),
     pytest.param(("run", "{queue}", "--concurrency", "0"), 2, "concurrency", id="run-no-concurrency"),
+    # durations that are not what they look like: 2
+    pytest.param(
+        ("submit", "{queue}", "--timeout", "-5s", "--", "true"),
+        2,
+        "'-5s' is negative: a duration must be positive",
+        id="negative-timeout",
+    ),
+    pytest.param(("run", "{queue}", "--lease", "-3"), 2, "'-3' is negative", id="negative-lease"),
+    pytest.param(
+        ("enqueue", "{queue}", "sample.ok", "--delay", "99999d"),
+        2,
+        "a delay of 99999d is too long: a job can wait until the year 2286 at most",
+        id="delay-too-long",
+    ),
+    pytest.param(
+        ("submit", "{queue}", "--timeout", "5M", "--", "true"),
+        2,
+        "units are lowercase (5m is five minutes; M means MiB in sizes)",
+        id="timeout-in-megabytes",
+    ),
+    pytest.param(
+        ("submit", "{queue}", "--backoff", "often", "--", "true"), 2, "backoff 'often' is not one", id="backoff"
+    ),
+    pytest.param(
+        ("enqueue", "{queue}", "sample.ok", "--app", APP, *APP_PATH, "--kwargs", '{"valeu": 1}'),
+        2,
+        "cannot enqueue sample.ok(value: 'Any' = None) -> 'dict[str, Any]': got an unexpected keyword argument 'valeu'",
+        id="enqueue-misspelled-keyword",
+    ),
+    pytest.param(("cancel", "{queue}"), 2, "name the jobs to cancel, or give --function", id="cancel-nothing"),
     pytest.param(("frobnicate", "{queue}"), 2, "invalid choice", id="unknown-command"),
 ]
 

@@ -211,44 +211,36 @@ def test_submit_stdin_with_a_bad_line_submits_nothing(tmp_path: Path, text: str,
 
 
 def test_run_without_app_serves_command_jobs_only(tmp_path: Path) -> None:
+    """As the README says: Python jobs are left ready, untouched, for managers with --app."""
     queue = new_queue(tmp_path / "queue")
     python_job = enqueue(queue, "sample.ok", "--args", '["x"]')
     command_job = submit(queue, "echo", "from a command")
-    burst(queue, app=False)
+    result = burst(queue, app=False)
 
     found = job(queue, command_job)
     assert found.state is State.DONE, dump(found)
     assert attempt_file(queue, command_job, "stdout") == "from a command\n"
     found = job(queue, python_job)
-    assert found.state is State.DEAD, dump(found)
-    assert found.attempts == 1, "a function no manager knows must not be retried"
-    assert found.error is not None
-    assert found.error["reason"] == "cannot be completed"
-    assert "no function is registered as 'sample.ok'" in found.error["message"]
-    assert "--app" in found.error["message"]
+    assert found.state is State.READY, dump(found)
+    assert (found.attempts, found.history) == (0, ()), "left untouched: no attempt used"
+    assert "leaving jobs of sample.ok to managers that run it" in result.err
+    assert "left ready the jobs this manager does not run: sample.ok (1)" in result.err
+
+    burst(queue)  # a manager that knows the function
+    assert job(queue, python_job).state is State.DONE
+    assert job(queue, python_job).attempts == 1
 
 
-def test_no_commands_makes_command_jobs_dead_with_a_clear_cause(tmp_path: Path) -> None:
+def test_no_commands_leaves_command_jobs_for_a_manager_that_runs_them(tmp_path: Path) -> None:
     queue = new_queue(tmp_path / "queue")
     command_job = submit(queue, "true", options=("--max-attempts", "3"))
     python_job = enqueue(queue, "sample.ok", "--args", '["y"]')
-    burst(queue, "--no-commands")
+    result = burst(queue, "--no-commands")
 
     assert job(queue, python_job).state is State.DONE
     found = job(queue, command_job)
-    assert found.state is State.DEAD, dump(found)
-    assert found.attempts == 1
-    assert found.error is not None
-    assert found.error["reason"] == "cannot be completed"
-    assert "does not run command jobs" in found.error["message"]
-    assert "--commands" in found.error["message"]
-
-
-def test_no_commands_cause_does_not_claim_a_private_queue_is_shared(tmp_path: Path) -> None:
-    queue = new_queue(tmp_path / "queue")
-    command_job = submit(queue, "true")
-    burst(queue, "--no-commands", app=False)
-    found = job(queue, command_job)
-    assert found.state is State.DEAD, dump(found)
-    assert found.error is not None
-    assert "is shared" not in found.error["message"], found.error["message"]
+    assert found.state is State.READY, dump(found)
+    assert found.attempts == 0
+    assert f"leaving jobs of {COMMAND} to managers that run it" in result.err
+    burst(queue, "--commands", app=False)
+    assert job(queue, command_job).state is State.DONE

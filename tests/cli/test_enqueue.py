@@ -10,7 +10,7 @@ from pathlib import Path
 from jobs import State
 from jobs.job import parse_scheduled_name
 from tests.cli.conftest import burst, enqueue, job, new_queue, ok, spec_file
-from tests.supervisor.conftest import APP, dump
+from tests.supervisor.conftest import APP, APP_PATH, dump
 
 
 def due_of(queue: Path, job_id: str) -> float:
@@ -59,13 +59,15 @@ def test_enqueue_at_takes_an_iso_time_or_epoch_seconds(tmp_path: Path) -> None:
     assert due_of(queue, epoch) == 1950000000.5
 
 
-def test_enqueue_with_app_takes_the_registered_defaults(tmp_path: Path) -> None:
+def test_enqueue_with_or_without_app_records_only_what_was_given(tmp_path: Path) -> None:
+    """The registration's max_attempts=2 applies when a manager claims either job
+    (tests/supervisor/test_policy_paths.py); --app checks the name and the arguments."""
     queue = new_queue(tmp_path / "queue")
-    registered = enqueue(queue, "sample.fail", "--args", '["boom"]', "--app", APP)
+    registered = enqueue(queue, "sample.fail", "--args", '["boom"]', "--app", APP, *APP_PATH)
     plain = enqueue(queue, "sample.fail", "--args", '["boom"]')
-    told = enqueue(queue, "sample.fail", "--args", '["boom"]', "--app", APP, "--max-attempts", "1")
-    assert spec_file(queue, registered)["max_attempts"] == 2, "sample.fail is registered with max_attempts=2"
-    assert spec_file(queue, plain)["max_attempts"] == 3, "without --app: the queue's default"
+    told = enqueue(queue, "sample.fail", "--args", '["boom"]', "--app", APP, *APP_PATH, "--max-attempts", "1")
+    assert "max_attempts" not in spec_file(queue, registered)
+    assert "max_attempts" not in spec_file(queue, plain)
     assert spec_file(queue, told)["max_attempts"] == 1
     assert {spec_file(queue, i)["function"] for i in (registered, plain, told)} == {"sample.fail"}
 

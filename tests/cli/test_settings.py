@@ -24,7 +24,14 @@ from tests.cli.conftest import (
 )
 from tests.supervisor.conftest import Processes, dump, wait_until
 
-DEFAULTS = {"max_attempts": 3, "timeout": None, "lease": 30.0, "retention": None}
+DEFAULTS = {
+    "max_attempts": 3,
+    "timeout": None,
+    "memory_limit": None,
+    "backoff": "exponential 1s 5m",
+    "lease": 30.0,
+    "retention": None,
+}
 
 
 def marker(queue: Path) -> dict[str, object]:
@@ -37,15 +44,17 @@ def test_init_creates_a_queue_and_config_shows_the_defaults(tmp_path: Path) -> N
     created = ok("init", queue)
     assert created.lines == [str(queue)]
     assert marker(queue)["shared"] is False
-    assert marker(queue)["defaults"] == DEFAULTS
+    assert marker(queue)["defaults"] == {}, "only what someone sets is stored"
     assert stat.S_IMODE(os.stat(queue).st_mode) == 0o700
 
     shown = ok("config", queue)
-    assert [line.split() for line in shown.lines] == [
-        ["max_attempts", "3"],
-        ["timeout", "none"],
-        ["lease", "30s"],
-        ["retention", "none"],
+    assert shown.lines == [
+        "max_attempts  3                  (default)",
+        "timeout       none               (default)",
+        "memory_limit  none               (default)",
+        "backoff       exponential 1s 5m  (default)",
+        "lease         30s                (default)",
+        "retention     none               (default)",
     ]
     assert ok("config", queue, "--json").json() == DEFAULTS
     assert ok("config", queue, "lease", "--json").json() == {"lease": 30.0}
@@ -55,39 +64,53 @@ def test_init_creates_a_queue_and_config_shows_the_defaults(tmp_path: Path) -> N
 def test_init_options_are_stored_in_queue_json(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
     options = ("--max-attempts", "2", "--timeout", "90s", "--lease", "4", "--retention", "7d")
+    options += ("--memory-limit", "1G", "--backoff", "fixed 5s")
     ok("init", queue, *options)
-    expected = {"max_attempts": 2, "timeout": 90.0, "lease": 4.0, "retention": 7 * 86400.0}
+    expected = {
+        "max_attempts": 2,
+        "timeout": 90.0,
+        "memory_limit": 1 << 30,
+        "backoff": "fixed 5s",
+        "lease": 4.0,
+        "retention": 7 * 86400.0,
+    }
     assert marker(queue)["defaults"] == expected
     assert ok("config", queue, "--json").json() == expected
-    assert [line.split()[1] for line in ok("config", queue).lines] == ["2", "90s", "4s", "7d"]
+    assert [line.split()[1] for line in ok("config", queue).lines] == ["2", "90s", "1G", "fixed", "4s", "7d"]
 
     # init on an existing queue changes only the settings it names, and keeps the jobs
     job_id = submit(queue, "true")
     ok("init", queue, "--timeout", "none")
-    assert marker(queue)["defaults"] == {**expected, "timeout": None}
+    assert marker(queue)["defaults"] == {key: value for key, value in expected.items() if key != "timeout"}
     assert job(queue, job_id).state is State.READY
 
 
-def test_config_change_is_stored_and_given_to_jobs_enqueued_after_it(tmp_path: Path) -> None:
+def test_config_change_is_stored_and_applies_to_every_job_not_yet_claimed(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
     ok("init", queue)
-    before = submit(queue, "true", options=())
+    before = submit(queue, "false", options=())
 
-    assert ok("config", queue, "max_attempts", "5").lines == ["5"]
+    assert ok("config", queue, "max_attempts", "2").lines == ["2"]
     assert ok("config", queue, "timeout", "2m", "--json").json() == {"timeout": 120.0}
-    assert marker(queue)["defaults"] == {**DEFAULTS, "max_attempts": 5, "timeout": 120.0}
+    assert ok("config", queue, "backoff", "fixed 0.1s").lines == ["fixed 0.1s"]
+    assert marker(queue)["defaults"] == {"max_attempts": 2, "timeout": 120.0, "backoff": "fixed 0.1s"}
+    assert "max_attempts" not in spec_file(queue, before), "the queue's value is not baked into the job"
 
-    after = submit(queue, "true", options=())
-    assert spec_file(queue, after)["max_attempts"] == 5
-    assert spec_file(queue, after)["timeout"] == 120.0
-    told = submit(queue, "true", options=("--max-attempts", "1", "--timeout", "5"))
+    told = submit(queue, "false", options=("--max-attempts", "1", "--timeout", "5"))
     assert spec_file(queue, told)["max_attempts"] == 1
     assert spec_file(queue, told)["timeout"] == 5.0
-    assert spec_file(queue, before)["max_attempts"] == 3, "a job keeps the settings it was enqueued with"
-    assert spec_file(queue, before)["timeout"] is None
+    burst(queue, app=False)
+    assert job(queue, before).attempts == 2, "enqueued before the change, claimed after it"
+    assert job(queue, told).attempts == 1, "what the submitter set wins"
+    shown = ok("show", queue, before).out
+    assert (
+        "max_attempts 2 (queue)  timeout 2m (queue)  memory_limit none (default)  backoff fixed 0.1s (queue)" in shown
+    )
 
     ok("config", queue, "timeout", "none")
-    assert marker(queue)["defaults"] == {**DEFAULTS, "max_attempts": 5}
+    ok("config", queue, "backoff", "default")
+    assert marker(queue)["defaults"] == {"max_attempts": 2}
+    assert ok("config", queue, "backoff").lines == ["exponential 1s 5m"]
 
 
 def test_a_bad_config_value_changes_nothing(tmp_path: Path) -> None:
@@ -166,14 +189,10 @@ def test_shared_queue_runs_command_jobs_only_with_commands(tmp_path: Path) -> No
 
     job_id = submit(queue, "true", options=("--max-attempts", "3"))
     burst(queue, app=False)
-    refused_job = job(queue, job_id)
-    assert refused_job.state is State.DEAD
-    assert refused_job.attempts == 1, "a command a manager will not run must not be retried"
-    assert refused_job.error is not None
-    assert refused_job.error["reason"] == "cannot be completed"
-    assert "--commands" in refused_job.error["message"]
+    left = job(queue, job_id)
+    assert left.state is State.READY, "a manager of a shared queue does not run commands unless told to"
+    assert left.attempts == 0
 
-    ok("retry", queue, job_id)
     burst(queue, "--commands", app=False)
     assert job(queue, job_id).state is State.DONE
 

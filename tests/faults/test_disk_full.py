@@ -18,7 +18,7 @@ from jobs import Call, Queue, QueueError, State
 from tests import sample_jobs
 from tests.faults import fault_jobs
 from tests.faults.conftest import Tmpfs, start_manager, step_cpu
-from tests.supervisor.conftest import Processes, dump, forkvisor_command, outcome, wait_until
+from tests.supervisor.conftest import REPO, Processes, dump, forkvisor_command, outcome, wait_until
 
 
 def staged_and_published(queue: Queue) -> dict[str, list[str]]:
@@ -37,7 +37,7 @@ def test_enqueue_on_a_full_disk_fails_clearly_and_publishes_nothing(tmpfs: Tmpfs
         "delayed": lambda: queue.with_options(delay=60).enqueue("sample.ok"),
     }
     for what, submit in attempts.items():
-        with pytest.raises(QueueError, match=r"cannot enqueue into .*: writing .* failed: No space left on device"):
+        with pytest.raises(QueueError, match=r"cannot enqueue into .*: its file system is full; free space"):
             submit()
         assert staged_and_published(queue) == before, f"{what} left something in tmp/, ready/ or scheduled/"
     assert queue.counts()["ready"] == 1
@@ -55,13 +55,13 @@ def test_cli_init_on_a_full_disk_exits_111_with_one_line(tmpfs: Tmpfs) -> None:
     )
     assert done.returncode == 111, done
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "No space left on device" in done.stderr
+    assert "its file system is full; free space and try again" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_init_that_failed_on_a_full_disk_succeeds_once_space_is_freed(tmpfs: Tmpfs) -> None:
     filler = tmpfs.fill()
-    with pytest.raises(QueueError, match="No space left on device"):
+    with pytest.raises(QueueError, match="its file system is full"):
         Queue(tmpfs.path / "queue")
     filler.unlink()
     queue = Queue(tmpfs.path / "queue")
@@ -141,3 +141,107 @@ def test_job_that_fills_the_disk_with_stdout_is_recorded_once_space_is_freed(
     assert (found.history[-1].path / "stdout").stat().st_size > 512 * 1024, "the job really filled the disk"
     wait_until(lambda: queue.job(behind).state is State.DONE, 10, "the job behind ran", manager=manager)
     assert queue.job(behind).attempts == 1
+
+
+# -- the operator's way out of a full disk, and a manager that cannot get anywhere --------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*forkvisor_command(), *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def _assert_full_disk_message(done: subprocess.CompletedProcess[str], queue: Queue, action: str) -> None:
+    assert done.returncode == 111, done
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"forkvisor: cannot {action} {queue.path}: its file system is full; free space and try again" in done.stderr
+    assert f"forkvisor purge {queue.path} --state done" in done.stderr, "it says what frees space"
+    assert "permission" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_manager_on_a_full_disk_says_so_and_leaves_nothing_behind(tmpfs: Tmpfs) -> None:
+    queue = Queue(tmpfs.path / "queue")
+    queue.enqueue("sample.ok")
+    tmpfs.fill()
+    for _ in range(3):
+        _assert_full_disk_message(_cli("run", str(queue.path), "--burst"), queue, "serve")
+    assert os.listdir(queue.path / "tmp") == [], "a failed start leaves no tmp/.owner.* folder"
+    assert os.listdir(queue.path / "claimed") == []
+
+
+def test_a_burst_manager_that_cannot_record_anything_gives_up_with_the_reason(
+    procs: Processes, tmpfs: Tmpfs, barriers: Path
+) -> None:
+    ready, release = barriers / "ready", barriers / "release"
+    queue = Queue(tmpfs.path / "queue")
+    job_id = queue.enqueue(sample_jobs.wait_release, str(ready), str(release))
+    manager = procs.run_manager(queue, "--burst", "--stall-timeout", "1")
+    wait_until(ready.exists, 20, "the job started")
+    filler = tmpfs.fill()
+    release.touch()  # its result and outcome cannot be written: the manager keeps the job and retries
+    code = procs.wait_exit(manager, 30, "a burst manager stuck on a full disk")
+    log = procs.log(manager)
+    assert code == 111, log
+    assert f"gave up on {queue.path} after 1s in which every change to it failed" in log
+    assert "No space left on device" in log
+    assert "Traceback" not in log
+
+    filler.unlink()  # space again: the next manager finishes what was left, and nothing was lost
+    assert queue.job(job_id).state is State.CLAIMED, "held by the manager that gave up, until a sweeper returns it"
+    rerun = procs.run_manager(queue, "--burst")
+    assert procs.wait_exit(rerun, 30, "the burst manager after space was freed") == 0, procs.log(rerun)
+    found = queue.job(job_id)
+    assert found.state is State.DONE, dump(found)
+    assert found.attempts == 2, "the run whose outcome was lost used its attempt"
+    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": 1, "dead": 0}
+
+
+def _done_jobs_with_output(queue: Queue, count: int, size: int) -> list[str]:
+    """Jobs in done/ whose stdout holds `size` bytes each, written as a finished run leaves them."""
+    ids = []
+    for n in range(count):
+        job_id = queue.enqueue("sample.ok", n)
+        ready = queue.path / "ready" / f"100.{job_id}"
+        (ready / "attempt-1").mkdir()
+        (ready / "attempt-1" / "stdout").write_bytes(b"x" * size)
+        (ready / "attempts").write_text("1\n")
+        os.rename(ready, queue.path / "done" / job_id)
+        ids.append(job_id)
+    return ids
+
+
+def test_purge_frees_space_on_a_full_disk(tmpfs: Tmpfs) -> None:
+    """The line in purged.log needs a new block, which only deleting can free: purge must
+    not ask for it first and fail (a purge that cannot free space is no way out)."""
+    queue = Queue(tmpfs.path / "queue")
+    purged_ids = _done_jobs_with_output(queue, 3, 100_000)
+    tmpfs.fill()
+    assert not (queue.path / "purged.log").exists()
+    done = _cli("purge", str(queue.path), "--state", "done", "--older-than", "0s")
+    assert done.returncode == 0, done
+    assert done.stdout.startswith("purged 3 done job(s)"), done
+    assert sorted(line.split()[-1] for line in (queue.path / "purged.log").read_text().splitlines()) == sorted(
+        purged_ids
+    ), "every purged job is recorded, even on the full disk"
+    assert os.listdir(queue.path / "done") == []
+    assert os.listdir(queue.path / "tmp") == []
+    assert queue.enqueue("sample.ok", "room again")
+
+
+def test_cancel_works_on_a_full_disk(tmpfs: Tmpfs) -> None:
+    queue = Queue(tmpfs.path / "queue")
+    waiting = queue.enqueue("sample.ok")
+    running = queue.enqueue("sample.ok")
+    owner_dir = queue.path / "claimed" / "host.1.abcdef"
+    owner_dir.mkdir()
+    os.rename(queue.path / "ready" / f"100.{running}", owner_dir / running)
+    tmpfs.fill()
+
+    done = _cli("cancel", str(queue.path), waiting, running)
+    assert done.returncode == 0, done
+    assert done.stdout.splitlines() == [
+        f"{waiting} cancelled: moved to dead/",
+        f"{running} running: its manager stops it and moves it to dead/",
+    ]
+    assert queue.job(waiting).state is State.DEAD
+    assert (owner_dir / running / "cancel").exists(), "the marker is made, empty if need be"

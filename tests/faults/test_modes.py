@@ -63,7 +63,7 @@ def populate(queue: Queue, barrier: Path) -> list[str]:
     """Jobs in every state and entries for the sweeper; return the ids that must end done or dead."""
     ids = [
         queue.enqueue(sample_jobs.ok, "done"),
-        queue.enqueue("nope.unknown"),  # dead without starting: the manager writes its outcome
+        queue.enqueue("forkvisor.command"),  # no command: dead without starting, the manager writes its outcome
         queue.with_options(timeout=0.2, max_attempts=1).enqueue(sample_jobs.block, str(barrier)),
         *queue.enqueue_many([Call(sample_jobs.ok, (n,)) for n in range(2)]),
     ]
@@ -76,7 +76,8 @@ def populate(queue: Queue, barrier: Path) -> list[str]:
 
 
 def run_until_settled(procs: Processes, queue: Queue, ids: list[str]) -> None:
-    manager = start_manager(procs, queue, registry=sample_jobs.registry, tmp_age=60.0)
+    # commands on, shared queue or not: the malformed command job must reach dead/ through the manager
+    manager = start_manager(procs, queue, registry=sample_jobs.registry, tmp_age=60.0, commands=True)
 
     def settled() -> bool:
         swept = not os.listdir(queue.path / "tmp") and "junk" not in os.listdir(queue.path / "scheduled")

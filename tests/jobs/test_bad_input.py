@@ -318,12 +318,18 @@ BAD_SPECS: list[Any] = [
     pytest.param(_spec({"function": "f", "max_attempts": "3"}), r'"max_attempts" must be int', id="max-str"),
     pytest.param(_spec({"function": "f", "max_attempts": True}), r'"max_attempts" must be int', id="max-bool"),
     pytest.param(_spec({"function": "f", "max_attempts": 0}), r"max_attempts must be a whole number", id="max-0"),
-    pytest.param(_spec({"function": "f", "timeout": -1}), r"timeout must be greater than 0", id="timeout-neg"),
+    pytest.param(
+        _spec({"function": "f", "timeout": -1}), r"timeout must be positive \(or 0 for no limit\)", id="timeout-neg"
+    ),
+    pytest.param(_spec({"function": "f", "backoff": "soon"}), r"backoff 'soon' is not one", id="backoff"),
+    pytest.param(_spec({"function": "f", "backoff": 5}), r'field "backoff" must be str or null', id="backoff-int"),
     pytest.param(_spec(b'{"function": "f", "timeout": NaN}'), r"timeout must be a finite number", id="nan"),
     pytest.param(_spec({"function": "f", "priority": 500}), r"priority 500 is out of range", id="priority"),
     pytest.param(_spec({"function": "f", "metadata": [1]}), r'field "metadata" must be dict', id="metadata"),
     pytest.param(_spec({"function": "f", "created": "now"}), r'field "created" must be int or float', id="created"),
-    pytest.param(_spec({"function": "f", "format": 2}), r"job\.json has format 2; this forkvisor reads", id="v2"),
+    pytest.param(
+        _spec({"function": "f", "format": "2"}), r"job\.json has format '2'; this forkvisor reads", id="v-str"
+    ),
     pytest.param(_spec({"function": "f", "id": JOB_ID}), rf"names id '{JOB_ID}' but sits in the folder of", id="id"),
     pytest.param(_spec_symlink, r"cannot read job\.json: Too many levels of symbolic links", id="symlink-outside"),
     pytest.param(_spec_directory, r"cannot read job\.json: not a regular file", id="directory"),
@@ -382,6 +388,24 @@ def test_job_with_a_bad_spec_goes_to_dead_saying_why(
     assert job.state is State.DEAD
     assert job.error == error
     assert queue.counts()["dead"] == 1
+
+
+@pytest.mark.parametrize("route", [_via_claim, _via_promote_and_claim, _via_reap], ids=["claim", "promote", "reap"])
+def test_a_job_of_a_newer_format_is_left_for_a_newer_manager(
+    queue: Queue, owner: Owner, hand: Hand, route: Callable[[Queue, Hand, Owner, Callable[[Path], None]], str]
+) -> None:
+    """A rolling upgrade enqueues jobs in a format older managers do not read: they must
+    leave them in ready/ (no attempt used), never bury them."""
+    newer = _spec({"function": "f", "format": 2})
+    job_id = route(queue, hand, owner, lambda job_dir: newer(job_dir, job_dir))
+    assert hand.names(State.READY) == [ready_name(job_id, 0)]
+    assert hand.names(State.DEAD) == []
+    assert hand.names("quarantine") == []
+    assert queue.job(job_id).attempts <= 1, "no attempt was used by being left"
+    fresh = Owner.new()
+    queue.register_owner(fresh)
+    assert claim_all(queue, fresh) == [], "given back once, it is not looked at again by this queue"
+    assert hand.names(State.READY) == [ready_name(job_id, 0)]
 
 
 def test_claim_never_raises_on_a_folder_full_of_junk(queue: Queue, owner: Owner, hand: Hand, outside: Path) -> None:
@@ -548,17 +572,18 @@ def test_job_submitted_by_hand_is_claimable(queue: Queue, owner: Owner, hand: Ha
     assert claim.spec.function == "sample.echo"
     assert claim.spec.args == (2, 3)
     assert claim.spec.kwargs == {}
-    assert (claim.spec.max_attempts, claim.spec.timeout, claim.spec.priority) == (3, None, 0)
+    assert (claim.policy.max_attempts, claim.policy.timeout, claim.spec.priority) == (3, None, 0)
     assert (claim.attempt, claim.attempts) == (1, 1)
     queue.complete(claim)
     assert queue.job(job_id).state is State.DONE
 
 
 def test_job_submitted_by_hand_takes_the_queue_defaults(queue: Queue, owner: Owner, hand: Hand) -> None:
-    queue.folder.write_defaults({"max_attempts": 7, "timeout": 9.5})
+    queue.configure(max_attempts=7, timeout=9.5)
     job_id, _ = hand.ready_job({"function": "sample.echo"})
     [claim] = claim_all(Queue(queue.path, create=False), owner)
-    assert (claim.job_id, claim.spec.max_attempts, claim.spec.timeout) == (job_id, 7, 9.5)
+    assert (claim.job_id, claim.policy.max_attempts, claim.policy.timeout) == (job_id, 7, 9.5)
+    assert (claim.spec.max_attempts, claim.spec.timeout) == (None, None)
 
 
 def test_the_documented_job_json_example(queue: Queue, owner: Owner, hand: Hand) -> None:

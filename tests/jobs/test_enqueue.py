@@ -9,7 +9,7 @@ import os
 import re
 import time
 import types
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +18,13 @@ import pytest
 import jobs.files
 from jobs import (
     ArgumentNotSerializable,
+    BadArguments,
     Call,
     InvalidJob,
     JobOptions,
     JobsError,
     Queue,
+    Registry,
     State,
     is_job_id,
 )
@@ -57,8 +59,8 @@ def test_enqueue_decorated_function(queue: Queue, hand: Hand, samples: types.Sim
     assert spec["id"] == job_id
     assert spec["format"] == 1
     assert spec["priority"] == 0
-    assert spec["max_attempts"] == 3
-    assert spec["timeout"] is None
+    assert "max_attempts" not in spec, "not given: the claiming manager resolves it"
+    assert "timeout" not in spec
     assert spec["metadata"] == {}
     job = queue.job(job_id)
     assert job.state is State.READY
@@ -167,7 +169,7 @@ def test_keywords_named_like_options_go_to_the_function(queue: Queue, hand: Hand
     spec = queue.job(job_id).spec
     assert spec.kwargs == options
     assert spec.priority == 0
-    assert spec.max_attempts == 3
+    assert spec.max_attempts is None
     assert spec.timeout is None
     assert spec.metadata == {}
     assert hand.names(State.READY) == [f"100.{job_id}"]
@@ -183,10 +185,17 @@ def test_keywords_named_like_options_with_options_too(queue: Queue) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        pytest.param({"timeout": -1}, r"timeout must be greater than 0, got -1", id="negative-timeout"),
-        pytest.param({"timeout": 0}, r"timeout must be greater than 0", id="zero-timeout"),
+        pytest.param({"timeout": -1}, r"timeout must be positive \(or 0 for no limit\), got -1", id="negative-timeout"),
+        pytest.param({"timeout": "-5s"}, r"timeout '-5s' is negative: a duration must be positive", id="neg-text"),
+        pytest.param({"timeout": "5M"}, r"units are lowercase", id="megabyte-timeout"),
         pytest.param({"timeout": math.inf}, r"timeout must be a finite number", id="infinite-timeout"),
-        pytest.param({"timeout": "5"}, r"timeout must be a finite number", id="string-timeout"),
+        pytest.param({"timeout": "soon"}, r"timeout 'soon' is not a duration", id="string-timeout"),
+        pytest.param({"timeout": [5]}, r"timeout must be a finite number of seconds", id="list-timeout"),
+        pytest.param({"run_at": datetime(2030, 1, 1)}, r"has no time zone", id="naive-run_at"),
+        pytest.param({"run_at": "tomorrow"}, r"run_at must be epoch seconds or an aware datetime", id="text-run_at"),
+        pytest.param({"memory_limit": "lots"}, r"memory_limit 'lots' is not a size", id="text-memory"),
+        pytest.param({"backoff": "sometimes"}, r"backoff 'sometimes' is not one", id="bad-backoff"),
+        pytest.param({"backoff": print}, r"a job's backoff must be text", id="callable-backoff"),
         pytest.param({"delay": 1, "run_at": 2.0}, r"either delay or run_at, not both", id="delay-and-run_at"),
         pytest.param({"delay": math.nan}, r"delay must be a finite number", id="nan-delay"),
         pytest.param({"priority": 101}, r"priority 101 is out of range: use -100\.\.100", id="priority-too-high"),
@@ -196,7 +205,7 @@ def test_keywords_named_like_options_with_options_too(queue: Queue) -> None:
         pytest.param({"max_attempts": True}, r"max_attempts must be a whole number of at least 1", id="bool-max"),
         pytest.param({"max_attempts": 0}, r"max_attempts must be a whole number of at least 1, got 0", id="zero"),
         pytest.param({"max_attempts": 2.0}, r"max_attempts must be a whole number", id="float-max"),
-        pytest.param({"memory_limit": -1}, r"memory_limit must be a whole number", id="negative-memory"),
+        pytest.param({"memory_limit": -1}, r"memory_limit must be positive", id="negative-memory"),
         pytest.param({"metadata": ["a"]}, r"metadata must be a mapping, got list", id="list-metadata"),
     ],
 )
@@ -254,42 +263,104 @@ def test_tuples_come_back_as_lists(queue: Queue) -> None:
     assert spec.kwargs == {"nested": {"t": [3]}}
 
 
-# -- where defaults come from --------------------------------------------------------------
+# -- what the spec records ----------------------------------------------------------------
 
 
-def test_registry_defaults_flow_into_the_spec(queue: Queue, samples: types.SimpleNamespace) -> None:
-    spec = queue.job(queue.enqueue(samples.resize, "a.png")).spec
-    assert spec.function == f"{samples.resize.__module__}.resize"
-    assert spec.max_attempts == 5
-    assert spec.timeout == 30.0
-    assert spec.memory_limit == 1 << 30
+def test_the_spec_records_no_policy_the_submitter_did_not_give(queue: Queue, samples: types.SimpleNamespace) -> None:
+    """The registration's policy applies when a manager claims the job (tests/jobs/test_policy.py),
+    so a job enqueued by name or from the shell gets it too; the spec holds none of it."""
+    queue.configure(max_attempts=7, timeout=12.5)
+    for job_id in (queue.enqueue(samples.resize, "a.png"), queue.enqueue("sample.anything")):
+        on_disk = _spec_on_disk(queue, job_id)
+        assert {"max_attempts", "timeout", "memory_limit", "backoff"}.isdisjoint(on_disk), on_disk
+        spec = queue.job(job_id).spec
+        assert (spec.max_attempts, spec.timeout, spec.memory_limit, spec.backoff) == (None, None, None, None)
 
 
-def test_explicit_options_beat_registry_defaults(queue: Queue, samples: types.SimpleNamespace) -> None:
-    job_id = queue.with_options(max_attempts=2, timeout=1.5, memory_limit=4096).enqueue(samples.resize, "a.png")
+def test_the_spec_records_what_the_submitter_gave(queue: Queue, samples: types.SimpleNamespace) -> None:
+    options = {"max_attempts": 2, "timeout": "1.5s", "memory_limit": "4k", "backoff": "exponential 2s 1m"}
+    job_id = queue.with_options(**options).enqueue(samples.resize, "a.png")
     spec = queue.job(job_id).spec
-    assert (spec.max_attempts, spec.timeout, spec.memory_limit) == (2, 1.5, 4096)
+    assert (spec.max_attempts, spec.timeout, spec.memory_limit, spec.backoff) == (2, 1.5, 4096, "exponential 2s 1m")
+    on_disk = _spec_on_disk(queue, job_id)
+    assert (on_disk["max_attempts"], on_disk["timeout"], on_disk["memory_limit"]) == (2, 1.5, 4096)
 
 
-def test_queue_defaults_are_used_for_names(queue: Queue) -> None:
-    queue.folder.write_defaults({"max_attempts": 7, "timeout": 12.5})
-    spec = queue.job(queue.enqueue("sample.anything")).spec
-    assert (spec.max_attempts, spec.timeout, spec.memory_limit) == (7, 12.5, None)
-    reopened = Queue(queue.path, create=False)
-    spec = reopened.job(reopened.enqueue("sample.anything")).spec
-    assert (spec.max_attempts, spec.timeout) == (7, 12.5)
+def test_no_limit_is_recorded_as_zero(queue: Queue) -> None:
+    spec = queue.job(queue.with_options(timeout=0, memory_limit="0").enqueue("sample.echo")).spec
+    assert (spec.timeout, spec.memory_limit) == (0, 0), "0: no limit, whatever the function or the queue say"
 
 
-def test_registry_timeout_none_falls_back_to_queue_default(queue: Queue, samples: types.SimpleNamespace) -> None:
-    queue.folder.write_defaults({"timeout": 12.5})
-    spec = queue.job(queue.enqueue(samples.add, 1, 2)).spec
-    assert spec.timeout == 12.5
+def test_python_takes_what_the_cli_takes(queue: Queue) -> None:
+    when = datetime.now(UTC) + timedelta(hours=1)
+    job_id = queue.with_options(timeout=timedelta(minutes=5), run_at=when, memory_limit="512M").enqueue("sample.echo")
+    spec = queue.job(job_id).spec
+    assert (spec.timeout, spec.memory_limit) == (300.0, 512 << 20)
+    assert queue.job(job_id).state is State.SCHEDULED
+    assert job_id in queue.job(job_id).path.name
+    assert queue.job(job_id).path.name.startswith(f"{math.ceil(when.timestamp() * 1000):013d}.")
 
 
-def test_explicit_options_beat_queue_defaults(queue: Queue) -> None:
-    queue.folder.write_defaults({"max_attempts": 7, "timeout": 12.5})
-    spec = queue.job(queue.with_options(max_attempts=1, timeout=3).enqueue("sample.echo")).spec
-    assert (spec.max_attempts, spec.timeout) == (1, 3)
+def test_a_registration_s_priority_places_a_job_enqueued_with_the_function(queue: Queue, hand: Hand) -> None:
+    """Priority is part of the entry's name, so it is decided when the job is published:
+    by the submitter, else by a registration the submitter knows."""
+    registry = Registry()
+
+    @registry.job(name="urgent", priority=20)
+    def urgent() -> None:
+        return None
+
+    by_function = queue.enqueue(urgent)
+    by_name = queue.enqueue("urgent")
+    explicit = queue.with_options(priority=-5).enqueue(urgent)
+    assert sorted(hand.names(State.READY)) == sorted([f"080.{by_function}", f"100.{by_name}", f"105.{explicit}"])
+
+
+# -- arguments checked against the function ---------------------------------------------------
+
+
+def test_a_misspelled_keyword_fails_at_enqueue_naming_the_function(
+    queue: Queue, hand: Hand, samples: types.SimpleNamespace
+) -> None:
+    with pytest.raises(
+        BadArguments, match=r"cannot enqueue .*resize\(path: .*got an unexpected keyword argument 'widht'"
+    ):
+        queue.enqueue(samples.resize, "a.png", widht=3)
+    assert isinstance(BadArguments("x"), TypeError)
+    assert _nothing_staged(hand)
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [((), {}), ((1, 2, 3), {}), ((1,), {"a": 2, "b": 3})])
+def test_a_wrong_arity_fails_at_enqueue(
+    queue: Queue, samples: types.SimpleNamespace, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(BadArguments, match=r"cannot enqueue .*add\(a: 'int', b: 'int'\) -> 'int': "):
+        queue.enqueue(samples.add, *args, **kwargs)
+
+
+def test_a_per_job_option_given_as_a_keyword_points_to_with_options(
+    queue: Queue, samples: types.SimpleNamespace
+) -> None:
+    with pytest.raises(
+        BadArguments, match=r"max_attempts is a per-job option.*queue\.with_options\(max_attempts=\.\.\.\)"
+    ):
+        queue.enqueue(samples.resize, "a.png", max_attempts=1)
+
+
+def test_a_function_that_takes_any_keyword_gets_option_names_as_arguments(
+    queue: Queue, samples: types.SimpleNamespace
+) -> None:
+    spec = queue.job(queue.enqueue(samples.echo, max_attempts=1)).spec
+    assert (spec.kwargs, spec.max_attempts) == ({"max_attempts": 1}, None)
+
+
+def test_a_batch_is_checked_before_anything_is_written(
+    queue: Queue, hand: Hand, samples: types.SimpleNamespace
+) -> None:
+    with pytest.raises(BadArguments):
+        queue.enqueue_many([Call(samples.add, (1, 2)), Call(samples.add, (1,))])
+    assert hand.names(State.READY) == []
+    assert _nothing_staged(hand)
 
 
 # -- batches -----------------------------------------------------------------------------------

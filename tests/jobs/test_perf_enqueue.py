@@ -92,17 +92,17 @@ def test_records_are_written_as_json_dumps_with_indent_1_and_repr_would_write_th
 
 
 def test_an_enqueued_job_json_is_the_spec_s_own_encoding(queue: Queue, samples: Any) -> None:
-    queue.with_options(priority=7, metadata={"who": "me", "n": [1, 2.5]}).enqueue(
-        samples.resize, "a.png", width=320, extra={"deep": [None, True, "é"]}
-    )
+    queue.with_options(
+        priority=7, timeout="5m", metadata={"who": "me", "n": [1, 2.5], "deep": [None, True, "é"]}
+    ).enqueue(samples.resize, "a.png", width=320)
     (ready_job,) = (queue.path / "ready").iterdir()
     data = (ready_job / "job.json").read_bytes()
     spec = JobSpec.from_json(data, ready_job.name.split(".", 1)[1])
     assert data == spec.to_json()
     assert data == json.dumps(json.loads(data), indent=1).encode() + b"\n"
-    assert (spec.args, spec.kwargs["width"], spec.max_attempts, spec.timeout) == (("a.png",), 320, 5, 30.0)
+    assert (spec.args, spec.kwargs["width"], spec.max_attempts, spec.timeout) == (("a.png",), 320, None, 300.0)
     assert spec.priority == 7
-    assert spec.metadata == {"who": "me", "n": [1, 2.5]}
+    assert spec.metadata == {"who": "me", "n": [1, 2.5], "deep": [None, True, "é"]}
 
 
 def test_an_argument_json_cannot_encode_is_still_named(queue: Queue) -> None:

@@ -39,8 +39,7 @@ def test_create_makes_the_state_folders_and_the_marker(tmp_path: Path) -> None:
     assert marker["kind"] == "forkvisor-queue"
     assert marker["version"] == 1
     assert marker["shared"] is False
-    assert marker["defaults"]["max_attempts"] == 3
-    assert marker["defaults"]["timeout"] is None
+    assert marker["defaults"] == {}, "only settings someone set are stored"
 
 
 def test_create_in_an_existing_empty_folder(tmp_path: Path) -> None:
@@ -192,8 +191,9 @@ def test_reopening_recreates_a_missing_state_folder(queue_path: Path) -> None:
 
 
 def test_defaults_written_to_the_marker_are_seen_by_a_new_open(queue_path: Path) -> None:
-    Queue(queue_path).folder.write_defaults({"max_attempts": 7, "timeout": 12.5})
+    Queue(queue_path).folder.write_settings({"max_attempts": 7, "timeout": 12.5})
     reopened = Queue(queue_path, create=False)
-    assert reopened.folder.defaults["max_attempts"] == 7
-    assert reopened.folder.defaults["timeout"] == 12.5
+    assert reopened.folder.settings["max_attempts"] == 7
+    assert reopened.folder.settings["timeout"] == 12.5
+    assert reopened.folder.stored_settings == {"max_attempts": 7, "timeout": 12.5}
     assert json.loads((queue_path / "queue.json").read_text())["defaults"]["max_attempts"] == 7

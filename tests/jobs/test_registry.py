@@ -7,7 +7,7 @@ import types
 import pytest
 import tenacity
 
-from jobs import DEFAULT_WAIT, InvalidJob, Registered, Registry, UnknownCallable, retry_delay
+from jobs import DEFAULT_BACKOFF, InvalidJob, Registered, Registry, UnknownCallable, retry_delay
 from jobs.registry import default_name, registration_of
 
 
@@ -22,7 +22,7 @@ def test_bare_decorator_registers_under_module_and_qualname() -> None:
     assert default_name(thumbnail) == name
     assert list(registry) == [name]
     entry = registry.get(name)
-    assert entry == Registered(name, thumbnail, None, None, None, DEFAULT_WAIT)
+    assert entry == Registered(name, thumbnail), "nothing declared: the queue's or the built-in policy applies"
     assert registration_of(thumbnail) is entry
     assert thumbnail("a.png") == "a.png", "the decorator returns the function itself"
 
@@ -31,7 +31,7 @@ def test_decorator_with_options() -> None:
     registry = Registry()
     wait = tenacity.wait_fixed(5)
 
-    @registry.job(name="tasks.resize", max_attempts=5, timeout=60, memory_limit=1 << 28, retry=wait)
+    @registry.job(name="tasks.resize", max_attempts=5, timeout=60, memory_limit=1 << 28, backoff=wait)
     def resize(path: str) -> str:
         return path
 
@@ -43,7 +43,7 @@ def test_decorator_with_options() -> None:
         60,
         1 << 28,
     )
-    assert entry.retry is wait
+    assert entry.backoff is wait
     assert "tasks.resize" in registry
     assert default_name(resize) not in registry
     assert len(registry) == 1
@@ -121,8 +121,14 @@ def test_blank_or_padded_names_are_refused(name: str) -> None:
     [
         ({"max_attempts": 0}, r"max_attempts must be a whole number of at least 1"),
         ({"max_attempts": True}, r"max_attempts must be a whole number"),
-        ({"timeout": -1}, r"timeout must be greater than 0"),
-        ({"memory_limit": 0}, r"memory_limit must be a whole number"),
+        ({"timeout": -1}, r"timeout must be positive \(or 0 for no limit\), got -1"),
+        ({"timeout": "-5s"}, r"timeout '-5s' is negative: a duration must be positive"),
+        ({"timeout": "5M"}, r"units are lowercase \(5m is five minutes; M means MiB in sizes\)"),
+        ({"memory_limit": -1}, r"memory_limit must be positive"),
+        ({"memory_limit": "lots"}, r"memory_limit 'lots' is not a size"),
+        ({"backoff": "sometimes"}, r"backoff 'sometimes' is not one: write `fixed 30s`"),
+        ({"backoff": 5}, r"backoff must be text such as `exponential 1s 5m` or a tenacity wait"),
+        ({"priority": 101}, r"priority 101 is out of range"),
     ],
 )
 def test_bad_defaults_are_refused_at_decoration(options: dict[str, object], message: str) -> None:
@@ -167,19 +173,19 @@ def test_registration_of_an_undecorated_function_is_none(samples: types.SimpleNa
 
 @pytest.mark.parametrize(("attempts", "base"), [(0, 1), (1, 1), (2, 2), (3, 4), (4, 8), (6, 32), (9, 256)])
 def test_default_wait_doubles_with_up_to_a_second_of_jitter(attempts: int, base: float) -> None:
-    delays = [retry_delay(DEFAULT_WAIT, attempts) for _ in range(50)]
+    delays = [retry_delay(DEFAULT_BACKOFF, attempts) for _ in range(50)]
     assert all(base <= delay <= base + 1 for delay in delays), delays
     assert len(set(delays)) > 1, "the jitter varies"
 
 
 @pytest.mark.parametrize("attempts", [10, 11, 20, 1000])
 def test_default_wait_is_capped_at_five_minutes(attempts: int) -> None:
-    delays = [retry_delay(DEFAULT_WAIT, attempts) for _ in range(20)]
+    delays = [retry_delay(DEFAULT_BACKOFF, attempts) for _ in range(20)]
     assert all(300 <= delay <= 301 for delay in delays), delays
 
 
 def test_default_wait_grows() -> None:
-    lows = [min(retry_delay(DEFAULT_WAIT, n) for _ in range(10)) for n in range(1, 12)]
+    lows = [min(retry_delay(DEFAULT_BACKOFF, n) for _ in range(10)) for n in range(1, 12)]
     assert lows == sorted(lows)
     assert lows[0] < 2
     assert lows[-1] >= 300

@@ -37,10 +37,23 @@ from jobs.folder import MARKER
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("90", 90), ("1.5", 1.5), ("500ms", 0.5), ("30s", 30), ("5m", 300), ("2h", 7200), ("7d", 604800),
-     ("1w", 604800), ("1h30m", 5400), (" 2H ", 7200), ("0", 0)],
+     ("1w", 604800), ("1h30m", 5400), (" 2h ", 7200), ("0", 0)],
 )  # fmt: skip
 def test_durations_parse(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5M", "2H", "30S", "1D"])
+def test_units_of_durations_are_lowercase(text: str) -> None:
+    """`5M` would be five minutes to one reader and 5 MiB to another (sizes use M)."""
+    with pytest.raises(ValueError, match=r"units are lowercase \(5m is five minutes; M means MiB in sizes\)"):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["-5", "-5s", "-1h30m"])
+def test_a_negative_duration_says_it_must_be_positive(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is negative: a duration must be positive"):
+        parse_duration(text)
 
 
 @pytest.mark.parametrize("text", ["", "5x", "m5", "-3", "1h 30m", "nan", "inf", "5mm", "1e999"])
@@ -59,17 +72,43 @@ def test_durations_format_exactly(seconds: float | None, text: str) -> None:
 # -- settings ----------------------------------------------------------------------------
 
 
+BUILT_IN = {
+    "max_attempts": 3,
+    "timeout": None,
+    "memory_limit": None,
+    "backoff": "exponential 1s 5m",
+    "lease": 30.0,
+    "retention": None,
+}
+
+
 def test_a_new_queue_has_the_documented_settings(queue: Queue) -> None:
-    assert queue.settings == {"max_attempts": 3, "timeout": None, "lease": 30.0, "retention": None}
+    assert queue.settings == BUILT_IN
+    assert queue.stored_settings == {}
 
 
 def test_configure_stores_checked_values_in_the_marker(queue: Queue) -> None:
-    settings = queue.configure(max_attempts="5", timeout="5m", lease=12, retention="7d")
+    settings = queue.configure(
+        max_attempts="5", timeout="5m", lease=12, retention="7d", memory_limit="512M", backoff="fixed 10s"
+    )
 
-    assert settings == {"max_attempts": 5, "timeout": 300.0, "lease": 12.0, "retention": 604800.0}
-    stored = json.loads((queue.path / MARKER).read_text())["defaults"]
-    assert stored == settings
+    stored = {
+        "max_attempts": 5,
+        "timeout": 300.0,
+        "memory_limit": 512 << 20,
+        "backoff": "fixed 10s",
+        "lease": 12.0,
+        "retention": 604800.0,
+    }
+    assert settings == stored
+    assert json.loads((queue.path / MARKER).read_text())["defaults"] == stored
     assert Queue(queue.path, create=False).settings == settings
+
+
+def test_a_setting_can_be_unset_to_take_the_built_in_value_again(queue: Queue) -> None:
+    queue.configure(max_attempts=5, backoff="30s")
+    assert queue.configure(max_attempts=None)["max_attempts"] == 3
+    assert queue.stored_settings == {"backoff": "fixed 30s"}
 
 
 def test_settings_can_be_cleared_with_none(queue: Queue) -> None:
@@ -78,17 +117,25 @@ def test_settings_can_be_cleared_with_none(queue: Queue) -> None:
     assert queue.settings["retention"] is None
 
 
-def test_new_jobs_take_the_configured_defaults(queue: Queue) -> None:
+def test_new_jobs_record_no_default_and_claims_take_the_configured_ones(queue: Queue) -> None:
     queue.configure(max_attempts=6, timeout="2m")
-    spec = queue.job(queue.enqueue("sample.echo")).spec
-    assert (spec.max_attempts, spec.timeout) == (6, 120.0)
+    job_id = queue.enqueue("sample.echo")
+    spec = queue.job(job_id).spec
+    assert (spec.max_attempts, spec.timeout) == (None, None), "job.json records only what the submitter gave"
+    owner = Owner.new()
+    queue.register_owner(owner)
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    assert (claim.policy.max_attempts, claim.policy.timeout) == (6, 120.0)
+    assert claim.policy.sources["max_attempts"] == "queue"
 
 
 @pytest.mark.parametrize(
     ("changes", "message"),
     [({"colour": "red"}, "not a queue setting"), ({"max_attempts": 0}, "max_attempts"),
      ({"max_attempts": True}, "max_attempts"), ({"lease": "none"}, "lease"), ({"lease": 0}, "lease"),
-     ({"timeout": "soon"}, "timeout"), ({"retention": -1}, "retention")],
+     ({"timeout": "soon"}, "timeout"), ({"retention": -1}, "retention"), ({"memory_limit": "lots"}, "memory_limit"),
+     ({"backoff": "sometimes"}, "backoff"), ({"max_attempts": None, "colour": None}, "not a queue setting")],
 )  # fmt: skip
 def test_bad_settings_are_refused_and_nothing_is_stored(queue: Queue, changes: dict[str, object], message: str) -> None:
     before = (queue.path / MARKER).read_bytes()
@@ -127,7 +174,7 @@ def test_a_command_job_is_an_ordinary_job_of_the_reserved_function(queue: Queue)
     assert job.function == COMMAND
     assert job.spec.args == ("echo", "hi there")
     assert job.spec.kwargs == {"cwd": "/tmp", "env": {"A": "1"}}
-    assert (job.spec.priority, job.spec.max_attempts) == (5, 2)
+    assert (job.spec.priority, job.spec.max_attempts) == (5, 2), "given, so recorded"
     assert Command.of(job.spec) == Command(("echo", "hi there"), "/tmp", {"A": "1"})
 
 

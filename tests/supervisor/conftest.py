@@ -36,6 +36,7 @@ from tests import sample_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 APP = "tests.sample_jobs:registry"
+APP_PATH = ["--path", str(REPO)]  # --app modules are found where --path says, never in the current folder
 _PR_SET_CHILD_SUBREAPER = 36
 
 FAST: dict[str, Any] = {
@@ -179,7 +180,9 @@ class Processes:
     def run_manager(
         self, queue: Queue, *options: str, name: str = "manager", prefix: Sequence[str] = ()
     ) -> subprocess.Popen[bytes]:
-        return self.forkvisor("run", str(queue.path), "--app", APP, *FAST_CLI, *options, name=name, prefix=prefix)
+        return self.forkvisor(
+            "run", str(queue.path), "--app", APP, *APP_PATH, *FAST_CLI, *options, name=name, prefix=prefix
+        )
 
     def log(self, process: subprocess.Popen[bytes]) -> str:
         for known, path, log_file in self.popens:

@@ -20,6 +20,7 @@ import pytest
 from jobs import Call, JobOptions, Queue, State
 from tests import sample_jobs
 from tests.supervisor.conftest import (
+    APP_PATH,
     Processes,
     cmdline,
     dump,
@@ -371,13 +372,14 @@ def test_heartbeat_keeps_a_long_job_claimed_past_several_leases(procs: Processes
 @pytest.mark.parametrize(
     ("app", "message"),
     [
-        ("tests.no_such_module:registry", "cannot import tests.no_such_module"),
-        ("tests.sample_jobs:announce", "not a jobs.Registry"),
+        ("tests.no_such_module:registry", "no module named 'tests.no_such_module' on the search path"),
+        ("tests.sample_jobs:announce", "tests.sample_jobs.announce is a function, not a jobs.Registry"),
+        ("tests.sample_jobs:nothing", "tests.sample_jobs.nothing is missing, not a jobs.Registry"),
         ("tests.sample_jobs", "must look like MODULE:REGISTRY"),
     ],
 )
 def test_bad_app_is_refused_with_exit_111(procs: Processes, queue: Queue, app: str, message: str) -> None:
-    manager = procs.forkvisor("run", str(queue.path), "--app", app, "--burst", name="bad-app")
+    manager = procs.forkvisor("run", str(queue.path), "--app", app, *APP_PATH, "--burst", name="bad-app")
     assert procs.wait_exit(manager, 10, "forkvisor run with a bad --app") == 111, procs.log(manager)
     assert message in procs.log(manager)
 

@@ -140,20 +140,18 @@ def test_cannot_complete_goes_dead_at_once(procs: Processes, queue: Queue) -> No
     assert error["message"] == "the account was closed"
 
 
-def test_unknown_function_goes_dead_and_the_manager_carries_on(procs: Processes, queue: Queue) -> None:
+def test_a_function_the_manager_does_not_know_is_left_ready_and_the_manager_carries_on(
+    procs: Processes, queue: Queue
+) -> None:
+    """Another manager (or this one after a deploy) may know it: the job is never destroyed."""
     unknown = queue.enqueue("sample.no_such_function", 1)
     fine = queue.enqueue(sample_jobs.ok, 2)
     manager = procs.manager(queue)
-    settle(manager, queue, [unknown, fine])
+    settle(manager, queue, [fine])
 
     found = queue.job(unknown)
-    assert found.state is State.DEAD, dump(found)
-    assert found.attempts == 1
-    message = error_json(found)["message"]
-    assert "sample.no_such_function" in message
-    assert "register it with @registry.job" in message
-    assert "--app" in message
-    assert outcome(found)["started"] is False
+    assert found.state is State.READY, dump(found)
+    assert (found.attempts, found.history) == (0, ())
     assert queue.job(fine).state is State.DONE
 
 

@@ -1,0 +1,129 @@
+"""The `forkvisor` program: the parser, logging, exit codes. The only code that
+configures logging or decides an exit status (`supervisor.cli.main` runs it).
+
+Exit codes (also in the README):
+  0    success
+  1    `wait`: a job it waited for ended in dead/
+  2    bad usage or input: an option, a job id, JSON, a duration, a state name
+  3    no such job, or a job in a state that does not allow the action
+  111  the queue or the environment cannot be used (missing, not a queue, bad --app)
+  124  `wait --timeout` ran out
+  101  internal error: a bug in forkvisor, please report it
+  130  interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from jobs import (
+    ArgumentNotSerializable,
+    BadArguments,
+    InvalidJob,
+    InvalidJobId,
+    JobNotFound,
+    JobsError,
+    NotFinished,
+    UnknownCallable,
+    WaitTimeout,
+    WrongState,
+    __version__,
+    storage_error,
+)
+from supervisor.cli import admin, inspect, serve, submit
+from supervisor.cli.common import (
+    EXIT_ENVIRONMENT,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+)
+from supervisor.errors import ConfigError, SupervisorError
+
+LOG_FORMATS = {
+    "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    "short": "%(levelname)s %(message)s",
+    "json": '{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": %(message_json)s}',
+}
+_EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], int]] = [
+    (
+        (UsageError, InvalidJobId, InvalidJob, ArgumentNotSerializable, BadArguments, ConfigError, UnknownCallable),
+        EXIT_USAGE,
+    ),
+    ((JobNotFound, WrongState, NotFinished), EXIT_NOT_FOUND),
+    (WaitTimeout, EXIT_TIMEOUT),
+    ((JobsError, SupervisorError, OSError), EXIT_ENVIRONMENT),
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    _configure_logging(args.log_level or getattr(args, "log_default", "WARNING"), args.log_format)
+    try:
+        return int(args.command(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        sys.stderr.close()  # `forkvisor list | head`: the reader left; say nothing more
+        return 0
+    except Exception as exc:
+        if isinstance(exc, OSError) and not isinstance(exc, JobsError):  # WaitTimeout is a TimeoutError too
+            # what no lower layer put in words: a full, read-only or forbidden queue
+            queue = getattr(args, "queue", None)
+            print(f"forkvisor: {storage_error(exc, args.command_name, queue) if queue else exc}", file=sys.stderr)
+            return EXIT_ENVIRONMENT
+        for kinds, code in _EXIT_CODES:
+            if isinstance(exc, kinds):
+                print(f"forkvisor: {exc}", file=sys.stderr)
+                return code
+        logging.getLogger(__name__).exception("internal error: this is a bug in forkvisor, please report it")
+        return EXIT_INTERNAL
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """Parse, taking everything after the first `--` as the command of `submit` (argparse
+    cannot place options before `--` and a variable-length positional after it)."""
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    top = parser()
+    args = top.parse_args(argv)
+    if command:
+        if not hasattr(args, "argv"):
+            top.error(f"unexpected -- {' '.join(command)}: only `forkvisor submit` takes a command after --")
+        args.argv = [*args.argv, *command]
+    return args
+
+
+def parser() -> Parser:
+    top = Parser(prog="forkvisor", description="A fork-per-job supervisor over a queue that lives in a folder.")
+    top.add_argument(
+        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO for run and demo, else WARNING"
+    )
+    top.add_argument("--log-format", default="text", choices=sorted(LOG_FORMATS))
+    top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
+    commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
+    for module in (serve, admin, submit, inspect):
+        module.add_commands(commands)
+    return top
+
+
+class _JsonMessageFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        record.message_json = json.dumps(record.getMessage())
+        return super().format(record)
+
+
+def _configure_logging(level: str, style: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    formatter_class = _JsonMessageFormatter if style == "json" else logging.Formatter
+    handler.setFormatter(formatter_class(LOG_FORMATS[style]))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
