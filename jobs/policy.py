@@ -30,6 +30,7 @@ from typing import Any
 from jobs.command import COMMAND
 from jobs.config import BUILT_IN
 from jobs.errors import InvalidJob
+from jobs.folder import indented_json
 from jobs.job import POLICY_FIELDS, JobOptions, JobSpec
 from jobs.registry import Registered, Registry
 from jobs.retry import Described, WaitStrategy, as_backoff, describe, retry_delay
@@ -112,6 +113,37 @@ def resolve(spec: JobSpec, registered: Registered | None, queue_settings: Mappin
 
 
 _NONE = (Source.DEFAULT, None)
+MEMO_SIZE = 1024
+
+
+class PolicyMemo:
+    """Resolved policies and their `policy.json` bytes, by what they depend on.
+
+    Nearly every job of a function gives nothing of its own, so its policy is the same
+    each time: resolving and encoding it once, not per claim, spares the manager's hot
+    path the objects (and, after a fork, the copy-on-write faults) that building it costs.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Any, ...], tuple[Policy, bytes]] = {}
+        self._functions: Functions | None = None
+        self._settings: Mapping[str, Any] | None = None
+
+    def resolve(
+        self, spec: JobSpec, functions: Functions | None, queue_settings: Mapping[str, Any]
+    ) -> tuple[Policy, bytes]:
+        if functions is not self._functions or queue_settings is not self._settings:
+            self._known.clear()  # another claimer's functions, or a settings reload (a new mapping)
+            self._functions, self._settings = functions, queue_settings
+        key = (spec.function, spec.max_attempts, spec.timeout, spec.memory_limit, spec.backoff)
+        found = self._known.get(key)
+        if found is None:
+            if len(self._known) >= MEMO_SIZE:
+                self._known.clear()  # jobs that each give their own values: keep it bounded
+            registered = functions.registration(spec.function) if functions is not None else None
+            policy = resolve(spec, registered, queue_settings)
+            found = self._known[key] = (policy, indented_json(policy.to_json()))
+        return found
 
 
 def _declared(registered: Registered | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ from jobs.job import (
     scheduled_name,
 )
 from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, Owner
-from jobs.policy import POLICY_FILE, Functions, Policy, resolve
+from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
 from jobs.submit import Call, Publisher, Submitter
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Queue:
         self._done = os.fspath(self.folder.state_dir(State.DONE))
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
         self.more_to_examine = False  # the last claim() stopped at its budget of jobs given back
+        self._policies = PolicyMemo()
 
     @property
     def path(self) -> Path:
@@ -291,8 +292,7 @@ class Queue:
         except InvalidJob as exc:
             self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
             return None
-        registered = functions.registration(spec.function) if functions is not None else None
-        policy = resolve(spec, registered, self.folder.stored_settings)
+        policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
         if os.path.exists(f"{where}/{CANCEL_FILE}"):  # cancelled while it ran: no further attempt
             self._bury(job_dir, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
             return None
@@ -305,7 +305,6 @@ class Queue:
         attempt = self._new_attempt_dir(where)
         files.checkpoint("claim:attempt-created")
         # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-        record = indented_json(policy.to_json())
         files.write_new(f"{where}/attempt-{attempt}/{POLICY_FILE}", record, durable=False, mode=self.folder.file_mode)
         self.folder.log_event(
             where, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {attempt})", now
