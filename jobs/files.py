@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import stat
 from collections.abc import Callable
@@ -34,6 +35,7 @@ _syncfs = getattr(_libc, "syncfs", None)
 _noreplace_supported = _renameat2 is not None
 
 checkpoint_hook: Callable[[str], None] | None = None
+log = logging.getLogger(__name__)
 
 
 def checkpoint(name: str) -> None:
@@ -135,6 +137,96 @@ def unlink_if_there(path: StrPath) -> None:
         pass
 
 
+def remove_tree(path: StrPath, budget: int | None = None) -> bool:
+    """Remove the folder `path` and all it holds: without recursion (a tree a hundred thousand
+    levels deep), without following a link (a link is removed, never its target), with at most
+    two descriptors open. Going back up, each folder is checked to be the one it came down
+    from, so a tree moved meanwhile stops the removal instead of steering it elsewhere.
+
+    With a `budget`, stop after removing about that many entries and return False: the caller
+    finishes the tree later (a sweep must not spend minutes on one tree). Going down costs no
+    budget, so every call removes something. True once `path` is gone (or was). OSError if it
+    is not a folder or cannot be removed."""
+    left = [float("inf") if budget is None else budget]
+    parent, top = os.path.split(os.fspath(path).rstrip("/"))
+    parent_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fd = _open_subdir(parent_fd, top)
+        except FileNotFoundError:
+            return True
+        trail = [(top, _identity(fd))]  # the names and identities from `top` down to `fd`
+        while True:
+            below = _clear_files(fd, left)
+            if left[0] <= 0:
+                os.close(fd)
+                return False
+            if below is not None:
+                try:
+                    child = _open_subdir(fd, below)
+                except FileNotFoundError:
+                    continue  # another remover of this tree took it first
+                trail.append((below, _identity(child)))
+                os.close(fd)
+                fd = child
+                continue
+            name, _ = trail.pop()
+            left[0] -= 1
+            if not trail:
+                os.close(fd)
+                _rmdir_if_there(name, parent_fd)
+                return True
+            up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            if _identity(fd) != trail[-1][1]:
+                raise OSError(errno.ESTALE, "the tree being removed was moved meanwhile", os.fspath(path))
+            _rmdir_if_there(name, fd)
+    finally:
+        os.close(parent_fd)
+
+
+def remove_quietly(path: StrPath, budget: int | None = None) -> None:
+    """`remove_tree`, logging instead of raising: what is left, a later sweep finishes."""
+    try:
+        remove_tree(path, budget)
+    except OSError as exc:
+        log.warning("cannot remove %s yet: %s", path, exc)
+
+
+def _rmdir_if_there(name: str, dir_fd: int) -> None:
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass  # another remover of this tree took it first
+
+
+def _open_subdir(dir_fd: int, name: str) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    status = os.fstat(fd)
+    return status.st_dev, status.st_ino
+
+
+def _clear_files(dir_fd: int, left: list[float]) -> str | None:
+    """Unlink the entries of the folder that are not folders, counting them off `left` and
+    stopping when it runs out; return one subfolder's name, if any."""
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                return entry.name
+            if left[0] <= 0:
+                return None
+            try:
+                os.unlink(entry.name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass  # removed meanwhile
+            left[0] -= 1
+    return None
+
+
 def unlink_regular(path: StrPath) -> None:
     """Remove `path` if it is a regular file (never a link's target, never a folder)."""
     try:
@@ -159,9 +251,16 @@ def append_line(path: StrPath, line: str, mode: int = PRIVATE) -> None:
 
 def read_limited(path: StrPath, limit: int) -> bytes:
     """Read a regular file without following a symlink; refuse one over `limit` bytes."""
+    return read_regular(path, limit)[0]
+
+
+def read_regular(path: StrPath, limit: int) -> tuple[bytes, os.stat_result]:
+    """The safe reader: a regular file's content and status, never through a link, never
+    blocking on a fifo or reading a device, never more than `limit` bytes (OSError else)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        if not _is_regular(fd):
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         data = os.read(fd, limit + 1)
         chunks = [data]
@@ -173,7 +272,7 @@ def read_limited(path: StrPath, limit: int) -> bytes:
     content = b"".join(chunks)
     if len(content) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
-    return content
+    return content, status
 
 
 def _widen(fd: int, mode: int) -> None:

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import config, files
+from jobs import config, document, files
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
@@ -105,8 +105,8 @@ class QueueFolder:
 
     def _read_marker(self, marker_path: Path) -> dict[str, Any]:
         try:
-            marker = json.loads(files.read_limited(marker_path, 1 << 20))
-        except (OSError, ValueError) as exc:
+            marker = document.read(marker_path, 1 << 20, MARKER)
+        except (OSError, InvalidJob) as exc:
             raise QueueError(f"cannot open queue {self.path}: {MARKER} is unreadable ({exc})") from None
         if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
             raise QueueError(f"cannot open queue {self.path}: {MARKER} does not mark a forkvisor queue")
@@ -311,8 +311,10 @@ class QueueFolder:
                 return None  # someone else moved it first
             self._mkdir(self.quarantine_dir, self.dir_mode)  # an operator removed quarantine/
             files.move(folder / name, target)
+        files.checkpoint("quarantine:moved")
         note = f"from: {folder.name}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
-        self.write_new(target.with_name(target.name + ".why"), note.encode("utf-8", "backslashreplace"))
+        note_path = target.with_name(target.name + ".why")  # informative: not worth an fsync per entry
+        files.write_new(note_path, note.encode("utf-8", "backslashreplace"), durable=False, mode=self.file_mode)
         log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
         return target
 

@@ -25,12 +25,13 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob, InvalidJobId, UnsupportedFormat
 from jobs.retry import Backoff
 from jobs.units import bytes_of, epoch_of, seconds_of
 
 SPEC_FORMAT = 1
-MAX_SPEC_BYTES = 16 * 1024 * 1024
+MAX_SPEC_BYTES = 1024 * 1024  # arguments are data for a call; bulk data goes by path (a parsed MiB is ~20 MiB)
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 LATEST_DUE = 9_999_999_999.0  # 13 digits of milliseconds in scheduled/ names: the year 2286
 if TYPE_CHECKING:
@@ -233,9 +234,9 @@ class JobSpec:
         """Decode and validate `job.json`; raise InvalidJob saying what is wrong
         (UnsupportedFormat for a job written for a newer forkvisor)."""
         try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InvalidJob(f"job.json is not valid JSON ({exc}); rewrite it as docs/FORMAT.md shows") from None
+            document = parse_document(data, "job.json")
+        except InvalidJob as exc:
+            raise InvalidJob(f"{exc}; rewrite it as docs/FORMAT.md shows") from None
         if not isinstance(document, dict):
             raise InvalidJob("job.json must hold a JSON object; see docs/FORMAT.md")
         return cls(id=job_id, **_validated_fields(document, job_id))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob
 
 OWNER_FILE = ".owner.json"
@@ -59,11 +60,11 @@ class Owner:
     @classmethod
     def from_json(cls, data: bytes) -> Owner:
         """Decode `.owner.json`; raise InvalidJob if any field has the wrong type."""
+        document = parse_document(data, "owner file")
         try:
-            document = json.loads(data)
             known = {key: value for key, value in document.items() if key in cls.__dataclass_fields__}
             owner = cls(**known)  # fields a newer forkvisor added are ignored, not a reason to reap
-        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        except (TypeError, AttributeError) as exc:
             raise InvalidJob(f"owner file is not valid: {exc}") from None
         checks = [
             isinstance(owner.name, str) and isinstance(owner.host, str),

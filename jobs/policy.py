@@ -22,13 +22,13 @@ manager that can run it.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.command import COMMAND
 from jobs.config import BUILT_IN
+from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob
 from jobs.folder import indented_json
 from jobs.job import POLICY_FIELDS, JobOptions, JobSpec
@@ -69,8 +69,8 @@ class Policy:
     @classmethod
     def from_json(cls, data: bytes) -> Policy:
         """Decode a run's `policy.json`; raise InvalidJob if it is not one."""
+        document = parse_document(data, POLICY_FILE)
         try:
-            document = json.loads(data)
             sources = {name: Source(document["sources"][name]) for name in POLICY_FIELDS}
             policy = cls(
                 max_attempts=document["max_attempts"],
@@ -79,7 +79,7 @@ class Policy:
                 backoff=document["backoff"],
                 sources=sources,
             )
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise InvalidJob(f"{POLICY_FILE} is not a policy ({type(exc).__name__}: {exc})") from None
         limits_ok = all(_is_limit(value) for value in (policy.timeout, policy.memory_limit))
         if not _is_count(policy.max_attempts) or not isinstance(policy.backoff, str) or not limits_ok:

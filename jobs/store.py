@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,7 +57,8 @@ from jobs.submit import Call, Publisher, Submitter
 log = logging.getLogger(__name__)
 
 
-FOREIGN_PER_CLAIM = 64  # jobs given back per claim() call, so one call stays short whatever the queue holds
+EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
+EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,7 @@ class Queue:
         self._claimed = os.fspath(self.folder.state_dir(State.CLAIMED))
         self._done = os.fspath(self.folder.state_dir(State.DONE))
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
+        self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why
         self.more_to_examine = False  # the last claim() stopped at its budget of jobs given back
         self._policies = PolicyMemo()
 
@@ -168,7 +169,7 @@ class Queue:
                 self.folder.write_new(staging / FUNCTIONS_FILE, advertised)
             self.folder.move(staging, self.folder.state_dir(State.CLAIMED) / owner.name)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)  # our own fresh folder (disk full, say)
+            files.remove_quietly(staging)  # our own fresh folder (disk full, say)
             raise
 
     def heartbeat(self, owner: str) -> None:
@@ -233,19 +234,43 @@ class Queue:
         """
         now = time.time() if now is None else now
         scans = self._index.scans
-        left = FOREIGN_PER_CLAIM
+        left, stop_at = EXAMINED_PER_CLAIM, time.monotonic() + EXAMINE_SECONDS
         self.more_to_examine = False
-        # At most one scan per call: entries that cannot be claimed must not keep it looping.
+        # At most one scan per call, and a bounded number of entries: entries that cannot be
+        # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
         while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
             claim = self._claim_entry(owner, name, now, functions)
             if isinstance(claim, Claim):
                 return claim
-            if claim is _GIVEN_BACK and (left := left - 1) == 0:
+            if (left := left - 1) == 0 or time.monotonic() > stop_at:
                 self.more_to_examine = True  # the caller comes back at once, after its other chores
                 return None
         return None
 
     def _claim_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | object:
+        """Claim one entry of `ready/`; quarantine it, bury it or give it back if it cannot
+        be claimed, and skip it from now on if even that fails: one entry never stops claims."""
+        try:
+            return self._try_entry(owner, name, now, functions)
+        except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
+            # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
+            self._index.skip(name)
+            self.unclaimable[name] = f"{exc.strerror or exc} ({os.path.basename(exc.filename or name)})"
+            log.warning("cannot claim ready/%r: %s; skipping it (see `forkvisor status`)", name, exc)
+            self._return_if_held(owner, name)
+            return None
+
+    def _return_if_held(self, owner: str, name: str) -> None:
+        """Put back an entry a failed claim moved into this owner's folder."""
+        parsed = parse_ready_name(name)
+        if parsed is None:
+            return
+        try:
+            files.move(f"{self._claimed}/{owner}/{parsed[0]}", f"{self._ready}/{name}")
+        except (OSError, MoveCollision):
+            pass  # not moved, or it cannot go back: this owner's heartbeat returns it
+
+    def _try_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | object:
         ready = self._ready
         parsed = parse_ready_name(name)
         problem = entry_problem(ready, name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
@@ -571,12 +596,23 @@ class Queue:
     ) -> dict[str, int]:
         """One sweep: revert dead or expired owners' claims, promote due scheduled jobs,
         quarantine abandoned submissions. `now` is the file system's clock; `functions`
-        resolve a lost run's policy when its claimer recorded none."""
-        return {
-            "reverted": sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions),
-            "promoted": len(sweep.promote_due(self.folder, now, self._index.add)),
-            "abandoned": sweep.clear_tmp(self.folder, now, tmp_age),
+        resolve a lost run's policy when its claimer recorded none. Each chore runs even if
+        another fails; the first failure is raised after all have run."""
+        chores: dict[str, Callable[[], int]] = {
+            "reverted": lambda: sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions),
+            "promoted": lambda: len(sweep.promote_due(self.folder, now, self._index.add)),
+            "abandoned": lambda: sweep.clear_tmp(self.folder, now, tmp_age),
         }
+        done: dict[str, int] = {}
+        failure: BaseException | None = None
+        for name, chore in chores.items():
+            try:
+                done[name] = chore()
+            except (OSError, JobsError) as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return done
 
     def promote_due(self, now: float | None = None) -> builtins.list[str]:
         """Move every due `scheduled/` job to `ready/` now; return their ids."""
@@ -599,11 +635,17 @@ class Queue:
         self.folder.log_event(path, f"run {claim.attempt} by {claim.owner} {how} after its claim was lost", now)
 
     def purge(
-        self, state: State | str, older_than: float, now: float | None = None, dry_run: bool = False
+        self,
+        state: State | str,
+        older_than: float,
+        now: float | None = None,
+        dry_run: bool = False,
+        budget: int | None = None,
     ) -> builtins.list[str]:
-        """Delete terminal jobs whose last transition is older than `older_than` seconds."""
+        """Delete terminal jobs whose last transition is older than `older_than` seconds; with a
+        `budget`, each job's folder is only partly removed and sweeps finish it (the sweeper's)."""
         now = time.time() if now is None else now
-        return sweep.purge(self.folder, State(state), older_than, now, dry_run)
+        return sweep.purge(self.folder, State(state), older_than, now, dry_run, budget)
 
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -89,7 +88,7 @@ class Publisher:
                 staged.append(self._stage(job, now, sync=False))
         except BaseException:
             for path in staged:
-                shutil.rmtree(path, ignore_errors=True)
+                files.remove_quietly(path)
             raise
         if self._folder.durable:
             files.sync_filesystem(self._folder.path)
@@ -140,7 +139,7 @@ class Publisher:
             if sync:
                 files.fsync_dir(staging)
         except OSError as exc:
-            shutil.rmtree(staging, ignore_errors=True)
+            files.remove_quietly(staging)
             raise storage_error(exc, "enqueue into", self._folder.path) from exc
         files.checkpoint("enqueue:staged")
         return staging

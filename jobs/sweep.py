@@ -12,16 +12,17 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from jobs import files, view
-from jobs.errors import FULL, InvalidJob, MoveCollision, UnsupportedFormat, WrongState
+from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import CANCEL_FILE, EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem
 from jobs.job import JobSpec, State, is_job_id, parse_scheduled_name, ready_name
 from jobs.lease import (
@@ -37,6 +38,7 @@ from jobs.lease import (
 from jobs.policy import Functions, resolve
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 PURGE_PREFIX = ".purge."
 PURGED_LOG = "purged.log"
 
@@ -53,32 +55,49 @@ def reap_owners(
     else the one `functions` and the queue resolve."""
     revert = _Reverter(folder, on_ready, functions)
     claimed = folder.state_dir(State.CLAIMED)
-    reverted = 0
-    for name in os.listdir(claimed):
-        owner_dir = claimed / name
-        problem = entry_problem(claimed, name)
-        if problem:
-            folder.quarantine(claimed, name, f"{problem} (claimed/ holds owner folders only)", now)
-            continue
-        if name.startswith(REAPING_PREFIX):
-            unfinished = f"owner {name[len(REAPING_PREFIX) :]} was being reaped"
-            reverted += revert.all(owner_dir, unfinished, now)
-            continue
-        if not is_owner_name(name):
-            folder.quarantine(claimed, name, "not an owner folder (HOST.PID.XXXXXX)", now)
-            continue
-        cause = _why_gone(owner_dir, now, is_alive)
-        if cause is None:
-            continue
-        fenced = claimed / f"{REAPING_PREFIX}{name}"
-        try:
-            files.move(owner_dir, fenced)
-        except (FileNotFoundError, MoveCollision):
-            continue  # another sweeper is reaping it
-        files.checkpoint("reap:fenced")
-        log.warning("reaping %s: %s", name, cause)
-        reverted += revert.all(fenced, cause, now)
-    return reverted
+    return sum(
+        guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or 0
+        for name in os.listdir(claimed)
+    )
+
+
+STORE_WIDE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # not the entry's doing: the whole chore fails
+
+
+def guarded(what: str, name: str, action: Callable[..., T], *args: Any) -> T | None:
+    """`action(*args)` on one entry; if the entry is the problem (it cannot be read, moved or
+    parsed), log it and go on with the next: one entry never stops a sweep."""
+    try:
+        return action(*args)
+    except (OSError, JobsError) as exc:
+        if isinstance(exc, OSError) and exc.errno in STORE_WIDE:
+            raise
+        log.warning("skipping %s %r this sweep: %s", what, name, exc)
+        return None
+
+
+def _reap(folder: QueueFolder, revert: _Reverter, claimed: Path, name: str, now: float, is_alive: Liveness) -> int:
+    owner_dir = claimed / name
+    problem = entry_problem(claimed, name)
+    if problem:
+        folder.quarantine(claimed, name, f"{problem} (claimed/ holds owner folders only)", now)
+        return 0
+    if name.startswith(REAPING_PREFIX):
+        return revert.all(owner_dir, f"owner {name[len(REAPING_PREFIX) :]} was being reaped", now)
+    if not is_owner_name(name):
+        folder.quarantine(claimed, name, "not an owner folder (HOST.PID.XXXXXX)", now)
+        return 0
+    cause = _why_gone(owner_dir, now, is_alive)
+    if cause is None:
+        return 0
+    fenced = claimed / f"{REAPING_PREFIX}{name}"
+    try:
+        files.move(owner_dir, fenced)
+    except (FileNotFoundError, MoveCollision):
+        return 0  # another sweeper is reaping it
+    files.checkpoint("reap:fenced")
+    log.warning("reaping %s: %s", name, cause)
+    return revert.all(fenced, cause, now)
 
 
 def _why_gone(owner_dir: Path, now: float, is_alive: Liveness) -> str | None:
@@ -137,7 +156,6 @@ class _Reverter:
         return reverted
 
     def jobs(self, parent: Path, cause: str, now: float, keep: set[str]) -> int:
-        folder = self.folder
         reverted = 0
         try:
             names = os.listdir(parent)
@@ -147,22 +165,27 @@ class _Reverter:
             log.error("cannot list %s to return its jobs: %s; fix its permissions", parent, exc)
             return 0
         for name in names:
-            if name in keep:
-                continue
-            problem = None if is_job_id(name) else "not a job id"
-            problem = problem or entry_problem(parent, name)
-            if problem:
-                folder.quarantine(parent, name, problem, now)
-                continue
-            try:
-                self.job(parent / name, name, cause, now)
-                reverted += 1
-            except FileNotFoundError:
-                continue  # another sweeper moved it first
-            except MoveCollision:
-                why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
-                folder.quarantine(parent, name, why, now)
+            if name not in keep:
+                reverted += guarded("claimed job", name, self.entry, parent, name, cause, now) or 0
         return reverted
+
+    def entry(self, parent: Path, name: str, cause: str, now: float) -> int:
+        """Send back one entry of an owner folder; 1 if it was a job that moved."""
+        folder = self.folder
+        problem = None if is_job_id(name) else "not a job id"
+        problem = problem or entry_problem(parent, name)
+        if problem:
+            folder.quarantine(parent, name, problem, now)
+            return 0
+        try:
+            self.job(parent / name, name, cause, now)
+        except FileNotFoundError:
+            return 0  # another sweeper moved it first
+        except MoveCollision:
+            why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
+            folder.quarantine(parent, name, why, now)
+            return 0
+        return 1
 
     def job(self, job_dir: Path, job_id: str, cause: str, now: float) -> None:
         folder = self.folder
@@ -218,8 +241,9 @@ def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]
         if parsed is not None and parsed[2] > now:
             continue  # not yet (checked when due); keep going so that every malformed name is seen
         if parsed is None:
-            folder.quarantine(scheduled, name, "its name is not DUE.RRR.ID (see docs/FORMAT.md)", now)
-        elif promote_one(folder, name, now, on_ready):
+            why = "its name is not DUE.RRR.ID (see docs/FORMAT.md)"
+            guarded("scheduled entry", name, folder.quarantine, scheduled, name, why, now)
+        elif guarded("scheduled job", name, promote_one, folder, name, now, on_ready):
             promoted.append(parsed[0])
     return promoted
 
@@ -247,17 +271,23 @@ def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[
 
 
 def clear_tmp(folder: QueueFolder, now: float, max_age: float) -> int:
-    """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges."""
-    cleared = 0
-    for name in os.listdir(folder.tmp):
-        if _age(folder.tmp / name, now) <= max_age:
-            continue
-        if name.startswith(PURGE_PREFIX):  # a purge died after its rename (it is recorded): finish it
-            shutil.rmtree(folder.tmp / name, ignore_errors=True)
-        else:
-            folder.quarantine(folder.tmp, name, f"abandoned in tmp/ for over {max_age:g}s (its submitter died)", now)
-        cleared += 1
-    return cleared
+    """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges
+    (a part of each per sweep: a tree may be deep)."""
+    names = os.listdir(folder.tmp)
+    return sum(guarded("tmp/ entry", name, _clear, folder, name, now, max_age) or 0 for name in names)
+
+
+def _clear(folder: QueueFolder, name: str, now: float, max_age: float) -> int:
+    if name.startswith(PURGE_PREFIX):
+        # A purge died, or stopped at its budget, after its rename (the job is recorded as
+        # purged): go on with it whatever its age. Removing one part each sweep renews its
+        # time, and two removers of one tree only ever remove within it.
+        files.remove_quietly(folder.tmp / name, TREE_BUDGET)
+        return 1
+    if _age(folder.tmp / name, now) <= max_age:
+        return 0
+    folder.quarantine(folder.tmp, name, f"abandoned in tmp/ for over {max_age:g}s (its submitter died)", now)
+    return 1
 
 
 def _record_purge(folder: QueueFolder, job_id: str, state: str, now: float) -> None:
@@ -272,8 +302,11 @@ def _age(path: Path, now: float) -> float:
         return 0.0  # published or removed while we looked
 
 
-def purge(folder: QueueFolder, state: State, older_than: float, now: float, dry_run: bool) -> list[str]:
-    """Delete `state`'s jobs whose last transition is over `older_than` seconds old."""
+def purge(
+    folder: QueueFolder, state: State, older_than: float, now: float, dry_run: bool, budget: int | None = None
+) -> list[str]:
+    """Delete `state`'s jobs whose last transition is over `older_than` seconds old. With a
+    `budget`, each job's tree is removed only that far; sweeps finish the rest."""
     if not state.terminal:
         raise WrongState(f"cannot purge {state.value} jobs: only done and dead jobs can be purged")
     victims = [(path, job_id) for path, job_id in view.entries(folder, state) if now - _last_change(path) >= older_than]
@@ -289,9 +322,12 @@ def purge(folder: QueueFolder, state: State, older_than: float, now: float, dry_
             _when_full_free_first(path, functools.partial(folder.move, path, doomed))
         except FileNotFoundError:
             continue
-        shutil.rmtree(doomed, ignore_errors=True)
+        files.remove_quietly(doomed, budget)
         purged.append(job_id)
     return sorted(purged)
+
+
+TREE_BUDGET = 2_000  # entries of one purged tree a sweep removes, at most (about 0.2 s)
 
 
 def _when_full_free_first(job_dir: Path, step: Callable[[], None]) -> None:

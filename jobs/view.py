@@ -10,7 +10,6 @@ where the file system does not keep that count it falls back to a scan.
 from __future__ import annotations
 
 import heapq
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import files
+from jobs import document, files
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
 from jobs.job import (
@@ -185,11 +184,11 @@ def last_attempt(job_dir: Path) -> int:
 
 def _read_json(path: Path, limit: int) -> Any:
     try:
-        return json.loads(files.read_limited(path, limit))
+        return document.read(path, limit, path.name)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        return {"unreadable": f"{path.name}: {exc}"}
+    except InvalidJob as exc:
+        return {"unreadable": str(exc)}
 
 
 def count(folder: QueueFolder) -> dict[str, int]:

@@ -8,7 +8,6 @@ error and traceback the child recorded, and the tail of its stderr.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import socket
 import time
@@ -18,11 +17,12 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, Claim, Queue, State
+from jobs import COMMAND, Claim, InvalidJob, Queue, State, document
 from supervisor.child import CHILD_ERROR_FILE
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 
 STDERR_TAIL_BYTES = 4096
+MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
 
 
@@ -113,14 +113,15 @@ def _recorded_error(running: Running, status: ExitStatus) -> dict[str, Any] | No
 
 
 def child_error(attempt: Path) -> dict[str, Any] | None:
+    """The error the child recorded, read as any file of the queue: safely (a job could put
+    a link, a fifo or a deep document in its place)."""
     try:
-        with open(attempt / CHILD_ERROR_FILE) as file:
-            error = json.load(file)
+        error = document.read(attempt / CHILD_ERROR_FILE, MAX_ERROR_BYTES, CHILD_ERROR_FILE)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        return {"type": "unreadable", "message": f"{CHILD_ERROR_FILE}: {exc}"}
-    return error if isinstance(error, dict) else {"message": repr(error)}
+    except InvalidJob as exc:
+        return {"type": "unreadable", "message": str(exc)}
+    return error if isinstance(error, dict) else {"message": repr(error)[:1000]}
 
 
 def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:

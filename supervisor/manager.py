@@ -23,6 +23,7 @@ import logging
 import os
 import selectors
 import signal
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -558,11 +559,32 @@ class Manager:
     def _check_claims(self, now: float) -> None:
         """Stop children whose claim a sweeper took back, and those an operator cancelled."""
         for running in self.running.values():
-            if not running.lost and not running.claim.path.is_dir():
+            try:
+                held, cancelled = self._claim_state(running)
+            except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat
+                log.warning("cannot check the claim of job %s: %s", running.claim.job_id, exc)
+                continue
+            if not running.lost and not held:
                 running.lost = True
                 limits.signal_job(running, signal.SIGKILL)
-            elif running.limit is None and (running.claim.path / "cancel").exists():
+            elif running.limit is None and cancelled:
                 limits.stop(running, "cancelled", now, self.settings.kill_grace)
+
+    @staticmethod
+    def _claim_state(running: Running) -> tuple[bool, bool]:
+        """Whether the job's folder is still where this owner put it, and whether it holds a
+        cancel; OSError when it cannot be looked at (not the same as gone)."""
+        path = running.claim.path
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return False, False
+        except FileNotFoundError:
+            return False, False
+        try:
+            os.lstat(path / "cancel")
+        except FileNotFoundError:
+            return True, False
+        return True, True
 
     def _recover_from_reaping(self) -> None:
         """A sweeper judged us dead: our claims are void; start over as a new owner."""
@@ -599,7 +621,15 @@ class Manager:
 
     def _nothing_left(self) -> bool:
         """For --burst: nothing claimed anywhere, nothing ready that this manager can run,
-        nothing scheduled within the horizon."""
+        nothing scheduled within the horizon. A queue it cannot look at counts as not empty."""
+        try:
+            return self._queue_is_done()
+        except (OSError, JobsError) as exc:
+            self._store_failed(exc)
+            log.error("cannot tell whether %s has work left: %s", self.queue.path, exc)
+            return False
+
+    def _queue_is_done(self) -> bool:
         counts = self.queue.counts()
         if counts["claimed"] or (counts["ready"] and self.queue.has_claimable()):
             return False

@@ -13,7 +13,6 @@ them without reading a million specs.
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, Job, Owner, Policy, Queue, State, view
+from jobs import COMMAND, Job, Owner, Policy, Queue, State, files, view
 from jobs.job import created_at
 from supervisor import liveness
 from supervisor.child import PID_FILE
@@ -154,11 +153,10 @@ def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float, serve
 def _pid_of(attempt_dir: Path) -> tuple[int | None, float | None]:
     """The child's pid and start time, from the pid file it writes first thing."""
     try:
-        with open(attempt_dir / PID_FILE, "rb") as file:
-            pid = int(file.read(32))
-            return pid, os.fstat(file.fileno()).st_mtime
+        data, status = files.read_regular(attempt_dir / PID_FILE, 32)
+        return int(data), status.st_mtime
     except (OSError, ValueError):
-        return None, None  # not started yet, or gone
+        return None, None  # not started yet, gone, or not a pid file
 
 
 def _tree_usage(pid: int, manager_pid: int) -> tuple[float | None, int | None]:

@@ -22,6 +22,7 @@ from supervisor import forking, liveness
 log = logging.getLogger(__name__)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
 HEALTHY_RUN = 60.0  # a sweeper that ran this long before dying was not crash-looping
+TREE_BUDGET = 2_000  # entries of one purged job removed per sweep; later sweeps finish a bigger one
 PURGE_EVERY_MAX = 300.0  # applying the retention lists and stats all of done/: not at every sweep
 
 
@@ -57,7 +58,7 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
         queue.folder.reload_settings()  # a lost run's attempt limit may come from them
         done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
         if retention is not None:
-            done["purged"] = len(queue.purge(State.DONE, retention, now))
+            done["purged"] = len(queue.purge(State.DONE, retention, now, budget=TREE_BUDGET))
     except (OSError, JobsError) as exc:
         log.error("sweep of %s failed: %s", queue.path, exc)
         return False

@@ -345,6 +345,7 @@ CASES = [
     ("purge", "renaming:tmp", Expect()),
     ("purge", "renamed:tmp", Expect("purged", tmp=1)),
     ("clear-tmp", "renamed:quarantine", Expect("none")),
+    ("clear-tmp", "quarantine:moved", Expect("none")),  # moved, its .why note not written yet
 ]
 
 
