@@ -3,6 +3,9 @@
 # publish it with one rename into ready/ (docs/FORMAT.md).
 #
 #   usage: examples/submit.sh QUEUE FUNCTION [JSON-ARGS-ARRAY] [PRIORITY]
+#
+# As the queue's owner it writes the job's folder; as anyone else (a member of a
+# shared queue) it writes one file into incoming/, which a manager takes in.
 #   e.g.:  examples/submit.sh demo-queue examples.word_count '["README.md"]'
 #
 # The job says only what to run: the manager that claims it applies the
@@ -36,23 +39,41 @@ sys.exit(0 if isinstance(job, dict) and isinstance(job.get("args"), list) and is
 }
 
 id=$(date -u +%Y%m%d-%H%M%S-%6N)-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
-rank=$(printf '%03d' $((100 - priority)))
-staging="$queue/tmp/$id"
-
-mkdir -m 700 "$staging"
 # The function name goes in as a JSON string: escape backslashes and quotes.
 quoted=$(printf '%s' "$function" | sed 's/\\/\\\\/g; s/"/\\"/g')
-printf '{"function": "%s", "args": %s, "priority": %s}\n' "$quoted" "$args" "$priority" >"$staging/job.json"
-status=0
-check_json "$staging/job.json" || status=$?
-if [ "$status" -eq 1 ]; then
-    rm -r "$staging"
-    echo "submit.sh: the job is not valid JSON: ARGS must be a JSON array, e.g. '[\"a.png\", 320]' (got: $args)" >&2
-    exit 2
-elif [ "$status" -eq 2 ]; then
-    echo "submit.sh: neither jq nor python3 is installed: job.json was not checked" >&2
+job=$(printf '{"function": "%s", "args": %s, "priority": %s}' "$quoted" "$args" "$priority")
+
+# Refuse a job that is not valid JSON before anyone can see it; $1 is where it was written.
+refuse_if_bad() {
+    status=0
+    check_json "$1" || status=$?
+    if [ "$status" -eq 1 ]; then
+        rm -r "$2"
+        echo "submit.sh: the job is not valid JSON: ARGS must be a JSON array, e.g. '[\"a.png\", 320]' (got: $args)" >&2
+        exit 2
+    elif [ "$status" -eq 2 ]; then
+        echo "submit.sh: neither jq nor python3 is installed: job.json was not checked" >&2
+    fi
+}
+
+if [ "$(stat -c %u "$queue")" = "$(id -u)" ]; then
+    # The queue's owner: the job's folder, written in tmp/, published into ready/.
+    rank=$(printf '%03d' $((100 - priority)))
+    staging="$queue/tmp/$id"
+    mkdir -m 700 "$staging"
+    printf '%s\n' "$job" >"$staging/job.json"
+    refuse_if_bad "$staging/job.json" "$staging"
+    sync "$staging/job.json" "$staging"        # durable before it becomes visible
+    mv -T "$staging" "$queue/ready/$rank.$id"  # the publishing rename
+    sync "$queue/ready"
+else
+    # Anyone else (a member of a shared queue) may write incoming/ only: one file, which
+    # a manager takes in as the owner's job (docs/FORMAT.md, "Submitting from any language").
+    staging="$queue/incoming/.$id.json.$$.tmp"
+    (umask 027 && printf '%s\n' "$job" >"$staging")
+    refuse_if_bad "$staging" "$staging"
+    sync "$staging"
+    mv -T "$staging" "$queue/incoming/$id.json"
+    sync "$queue/incoming"
 fi
-sync "$staging/job.json" "$staging"        # durable before it becomes visible
-mv -T "$staging" "$queue/ready/$rank.$id"  # the publishing rename
-sync "$queue/ready"
 echo "$id"

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import config, document, files
+from jobs import access, config, document, files
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
@@ -39,6 +39,7 @@ OUTCOME_FILE = "outcome.json"
 CANCEL_FILE = "cancel"
 QUARANTINE = "quarantine"
 TMP = "tmp"
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State))
 
 
 class QueueFolder:
@@ -51,11 +52,12 @@ class QueueFolder:
             marker = self._open_or_create(create, shared)
         except PermissionError as exc:
             raise QueueError(f"cannot open queue {self.path}: {exc.strerror} ({exc.filename or exc})") from None
-        self.shared = bool(marker.get("shared", False))
+        self.shared = marker.get("shared", False) is True
+        self.layout = access.layout(self.shared)
         self.stored_settings = self._settings(marker)  # what queue.json sets
         self.settings = config.effective(self.stored_settings)  # and the built-in values for the rest
-        self.dir_mode = 0o2770 if self.shared else 0o700
-        self.file_mode = 0o660 if self.shared else 0o600
+        self.dir_mode = self.layout.folder
+        self.file_mode = self.layout.file
 
     # -- opening -----------------------------------------------------------
 
@@ -64,8 +66,8 @@ class QueueFolder:
             if not create:
                 raise QueueError(f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)")
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)  # as `mkdir -p`, with the umask's modes
-                self._mkdir(self.path, 0o2770 if shared else 0o700)
+                _make_parents(self.path.parent)
+                self._mkdir(self.path, access.layout(shared).root)
             except OSError as exc:
                 raise storage_error(exc, "create queue", self.path) from None
         elif not self.path.is_dir():
@@ -76,7 +78,8 @@ class QueueFolder:
                 raise QueueError(f"cannot open queue {self.path}: no {MARKER}, so it is not a queue")
             self._initialise(shared)
         marker = self._read_marker(marker_path)
-        self._ensure_state_folders(0o2770 if marker.get("shared") else 0o700)
+        if self.owned():  # only the owner makes folders; a member or a reader does without
+            self._ensure_state_folders(access.layout(marker.get("shared", False) is True))
         return marker
 
     def _initialise(self, shared: bool) -> None:
@@ -91,7 +94,7 @@ class QueueFolder:
         tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
         tmp.unlink(missing_ok=True)  # left by an earlier attempt of this pid
         try:
-            files.write_new(tmp, data, durable=True, mode=0o660 if shared else 0o600)
+            files.write_new(tmp, data, durable=True, mode=access.layout(shared).marker)
         except OSError as exc:
             tmp.unlink(missing_ok=True)  # a failed init (disk full) must not block the next one
             raise storage_error(exc, "create queue", self.path) from None
@@ -120,8 +123,8 @@ class QueueFolder:
             )
         return marker
 
-    def _ensure_state_folders(self, mode: int) -> None:
-        for name in (TMP, QUARANTINE, *(state.value for state in State)):
+    def _ensure_state_folders(self, shape: access.Layout) -> None:
+        for name in FOLDERS:
             folder = self.path / name
             if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
                 raise QueueError(
@@ -130,9 +133,30 @@ class QueueFolder:
                 )
             if not folder.is_dir():
                 try:
-                    self._mkdir(folder, mode)
+                    self._mkdir(folder, shape.of_folder(name))
                 except OSError as exc:
                     raise storage_error(exc, f"create {name}/ in queue", self.path) from None
+
+    def owned(self) -> bool:
+        """Whether this process is the queue's owner (the owner of its folder)."""
+        try:
+            return os.stat(self.path).st_uid == os.geteuid()
+        except OSError:
+            return False
+
+    def problems(self) -> list[str]:
+        """Why a manager running as this process must not serve the queue (empty if it may)."""
+        return access.problems(self.path, MARKER, list(FOLDERS), os.geteuid())
+
+    def set_group(self, gid: int) -> None:
+        """Give the queue folder, its marker and its state folders the group `gid` (a shared
+        queue's members); what is made inside them later inherits it (setgid)."""
+        for path in [self.path, self.path / MARKER, *(self.path / name for name in FOLDERS)]:
+            os.chown(path, -1, gid, follow_symlinks=False)
+
+    def tighten(self) -> list[str]:
+        """Give the queue folder, its marker and its state folders the modes of its layout."""
+        return access.tighten(self.path, MARKER, list(FOLDERS), self.layout)
 
     def _mkdir(self, path: Path, mode: int) -> None:
         try:
@@ -317,6 +341,21 @@ class QueueFolder:
         files.write_new(note_path, note.encode("utf-8", "backslashreplace"), durable=False, mode=self.file_mode)
         log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
         return target
+
+
+def _make_parents(folder: Path) -> None:
+    """Make the missing folders above a new queue, mode 0755 whatever the umask (a umask of
+    000 once left them open to every user; a narrow one would hide a shared queue)."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o755)
+        except FileExistsError:
+            continue  # made meanwhile by someone else: theirs to set
+        os.chmod(path, 0o755)
 
 
 def _checked_or_unset(key: str, value: Any) -> Any:

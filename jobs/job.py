@@ -47,6 +47,7 @@ _last_id_us = 0
 class State(enum.StrEnum):
     """Where a job is; the value is the name of its state folder."""
 
+    INCOMING = "incoming"  # submitted by a member of a shared queue as a file: not taken in yet
     READY = "ready"
     SCHEDULED = "scheduled"
     CLAIMED = "claimed"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import files, sweep, view, waiting
+from jobs import files, incoming, sweep, view, waiting
 from jobs.command import command_call
 from jobs.errors import (
     ClaimLost,
@@ -45,6 +45,7 @@ from jobs.job import (
     JobOptions,
     JobSpec,
     State,
+    check_job_id,
     parse_ready_name,
     parse_scheduled_name,
     ready_name,
@@ -211,6 +212,31 @@ class Queue:
         """Whether `ready/` holds, now, a job this queue object has not given back (one scan)."""
         self._index.rescan()
         return self._index.holds_names
+
+    def take_in(self, now: float | None = None, budget: int = 64) -> int:
+        """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`);
+        return how many entries were handled. The queue's owner (its managers) does this."""
+        now = time.time() if now is None else now
+        actions = incoming.Actions(
+            cancel=self.cancel,
+            retry=self.retry,
+            locate=lambda job_id: view.locate(self.folder, job_id)[1],
+            on_ready=self._index.add,
+        )
+        return incoming.take_in(self.folder, now, actions, budget)
+
+    def ask(self, job_id: str, action: str, why: str = "") -> None:
+        """As a member of a shared queue, ask its managers to `cancel` or `retry` one of your
+        jobs (a member may write only incoming/); they do it if you submitted it."""
+        if action not in ("cancel", "retry"):
+            raise InvalidJob(f"a member may ask for cancel or retry, not {action!r}")
+        view.locate(self.folder, check_job_id(job_id))  # JobNotFound now, not silently later
+        incoming.request(self.folder, job_id, action, why or f"{action} asked at {time.time()}")
+
+    @property
+    def owned(self) -> bool:
+        """Whether this process owns the queue (else it submits and asks through incoming/)."""
+        return self.folder.owned()
 
     def note_ready(self, name: str) -> None:
         """Tell the claim index about a new `ready/` entry (from inotify)."""
@@ -557,6 +583,9 @@ class Queue:
         marked, and its manager stops it. Return the job's state after the call."""
         now = time.time() if now is None else now
         state, path = view.locate(self.folder, job_id)
+        if state is State.INCOMING:  # a member's submission not taken in yet: take it in, then cancel
+            self.take_in(now)
+            state, path = view.locate(self.folder, job_id)
         if state.terminal:
             raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
         if state is State.CLAIMED:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from jobs import files
+from jobs import files, incoming
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.job import (
@@ -67,10 +67,15 @@ class Publisher:
         self._tmp = os.fspath(folder.tmp)
         self._ready = os.fspath(folder.state_dir(State.READY))
         self._scheduled = os.fspath(folder.state_dir(State.SCHEDULED))
+        # Who does not own the queue (a member of a shared one) may write incoming/ only.
+        self._via_incoming = not folder.owned()
 
     def submit(self, call: Call, now: float) -> str:
         """Publish one job; once this returns, the job is on disk (and durable when asked)."""
         job = self._build(call, now)
+        if self._via_incoming:
+            self._submit_incoming(job)
+            return job.id
         staging = self._stage(job, now, sync=self._folder.durable)
         self._publish(staging, job, sync=self._folder.durable)
         return job.id
@@ -82,6 +87,10 @@ class Publisher:
         as a whole: if it fails part way, the jobs already published stay published.
         """
         built = [self._build(call, now) for call in calls]
+        if self._via_incoming:
+            for job in built:
+                self._submit_incoming(job)
+            return [job.id for job in built]
         staged: list[str] = []
         try:
             for job in built:
@@ -124,8 +133,16 @@ class Publisher:
             document["backoff"] = options.backoff
         document["created"] = now
         document["metadata"] = metadata
+        if self._via_incoming and due is not None and due > now:
+            document["run_at"] = due  # a submission file carries its due time (the manager names the entry)
         data = _encode(document, args, kwargs, metadata)
         return _Submission(job_id, priority, data, due if due is not None and due > now else None)
+
+    def _submit_incoming(self, job: _Submission) -> None:
+        try:
+            incoming.submit(self._folder, job.id, job.data, durable=self._folder.durable)
+        except OSError as exc:
+            raise storage_error(exc, "submit to", self._folder.path) from exc
 
     def _stage(self, job: _Submission, now: float, *, sync: bool) -> str:
         """Write the job directory under `tmp/`, invisible to managers."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import document, files
+from jobs import document, files, incoming
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
 from jobs.job import (
@@ -46,6 +46,8 @@ def job_id_of(state: State, name: str) -> str | None:
     if state is State.SCHEDULED:
         scheduled = parse_scheduled_name(name)
         return scheduled[0] if scheduled else None
+    if state is State.INCOMING:
+        return incoming.entry_id(name)
     return name if is_job_id(name) else None
 
 
@@ -72,9 +74,19 @@ def entries_in(parent: Path, state: State, check_dirs: bool = True) -> Iterator[
             named = [(entry, job_id_of(state, entry.name)) for entry in found]
     except FileNotFoundError:
         return  # an owner folder fenced or retired while we looked
+    is_job = _is_submission if state is State.INCOMING else _is_folder
     for entry, job_id in named:
-        if job_id and (not check_dirs or entry.is_dir(follow_symlinks=False)):
+        if job_id and (not check_dirs or is_job(entry)):
             yield Path(entry.path), job_id
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    return entry.is_dir(follow_symlinks=False)
+
+
+def _is_submission(entry: os.DirEntry[str]) -> bool:
+    """In incoming/, a job is a file (see jobs.incoming)."""
+    return entry.is_file(follow_symlinks=False)
 
 
 LOCATE_PASSES = 3
@@ -107,6 +119,10 @@ def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Path] | None:
         path = owner_dir / job_id
         if path.is_dir() and not path.is_symlink():
             return State.CLAIMED, path
+    for name in (f"{job_id}.json", f"{incoming.TAKING}{job_id}.json"):  # a member's, not taken in yet
+        path = folder.state_dir(State.INCOMING) / name
+        if path.is_file() and not path.is_symlink():
+            return State.INCOMING, path
     for state in (State.READY, State.SCHEDULED):
         for path, found in entries(folder, state):
             if found == job_id:
@@ -119,6 +135,8 @@ def read_job(folder: QueueFolder, state: State, path: Path) -> Job:
     job_id = job_id_of(state, path.name)
     if job_id is None:
         raise JobNotFound(f"{path} is not a job directory")
+    if state is State.INCOMING:
+        return _submission(path, job_id)
     try:
         spec = folder.read_spec(path, job_id)
     except InvalidJob:
@@ -138,13 +156,22 @@ def read_job(folder: QueueFolder, state: State, path: Path) -> Job:
     )
 
 
+def _submission(path: Path, job_id: str) -> Job:
+    """The view of a member's submission not taken in yet: its spec, nothing run."""
+    try:
+        spec = incoming.read_spec(path, job_id)
+    except (InvalidJob, OSError):
+        spec = JobSpec(id=job_id, function="?")
+    return Job(id=job_id, state=State.INCOMING, path=path, spec=spec, attempts=0, history=())
+
+
 def read_moving(folder: QueueFolder, state: State, path: Path) -> Job | None:
     """`read_job`, or None when the job moved while it was read (its view would be torn)."""
     try:
         job = read_job(folder, state, path)
     except FileNotFoundError:
         return None
-    return job if path.is_dir() else None
+    return job if path.is_dir() or (state is State.INCOMING and path.is_file()) else None
 
 
 def _counter_or_zero(folder: QueueFolder, job_dir: Path) -> int:
@@ -195,6 +222,7 @@ def count(folder: QueueFolder) -> dict[str, int]:
     """Number of jobs in each state, by state name."""
     counts = {state.value: _count_subdirs(folder.state_dir(state)) for state in State if state is not State.CLAIMED}
     counts[State.CLAIMED.value] = sum(_count_subdirs(owner) for owner in owner_dirs(folder))
+    counts[State.INCOMING.value] = sum(1 for _ in entries_in(folder.state_dir(State.INCOMING), State.INCOMING))
     return {state.value: counts[state.value] for state in State}
 
 

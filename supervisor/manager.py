@@ -39,6 +39,7 @@ from jobs import (
     Functions,
     JobsError,
     Queue,
+    QueueError,
     Registry,
     State,
     UnknownCallable,
@@ -53,6 +54,7 @@ from supervisor.watch import Watch, open_watch
 
 log = logging.getLogger(__name__)
 DRAIN_FILE = "drain"
+TAKE_IN_PER_TURN = 64
 FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
 
@@ -118,6 +120,7 @@ class Manager:
         self._registered = False
         self._ready_fds: set[int] = set()  # what the last wait found readable
         self._left_noted: set[str] = set()  # functions of jobs given back, already logged
+        self._take_in_due = True  # members' submissions may wait in incoming/
         self._failing_since: float | None = None  # the store has failed since then, with no success
         self._last_failure = ""
         self._title = ""
@@ -137,7 +140,9 @@ class Manager:
         forking.become_subreaper()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
-        self._watch: Watch | None = open_watch([self.queue.folder.state_dir(State.READY), self.queue.path])
+        self._watch: Watch | None = open_watch(
+            [self.queue.folder.state_dir(State.READY), self.queue.path, self.queue.folder.state_dir(State.INCOMING)]
+        )
         if self._watch is not None:
             self._selector.register(self._watch.fd, selectors.EVENT_READ)
         self._started = True
@@ -151,7 +156,22 @@ class Manager:
             "manager %s serving %s with concurrency %d", self.owner.name, self.queue.path, self.settings.concurrency
         )
 
+    def _refuse_if_unsafe(self) -> None:
+        """A queue that others may write is one they could steer: refuse it (docs/SECURITY.md)."""
+        problems = self.queue.folder.problems()
+        if not problems:
+            return
+        path = self.queue.path
+        if any("belongs to" in problem for problem in problems):
+            fix = "run the manager as the queue's owner"
+        else:
+            shared = " --shared" if self.queue.folder.shared else ""
+            fix = f"tighten it as its owner with `forkvisor init {path}{shared}`"
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise QueueError(f"cannot serve {path}: {problems[0]}{more}; {fix}")
+
     def _register_at_start(self) -> None:
+        self._refuse_if_unsafe()
         try:  # at start, failing is fatal: say why in words (a full disk is not a permission problem)
             self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
             self.queue.register_owner(self.owner, self.functions)
@@ -241,6 +261,7 @@ class Manager:
         now = time.monotonic()
         self._handle_signals()
         self._read_watch(now)
+        self._take_in()
         self._reap_children()
         self._retry_stranded()
         self._promote_own_retries()
@@ -259,8 +280,8 @@ class Manager:
         deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.policy.timeout]
         if any(r.claim.policy.memory_limit for r in unstopped):
             deadlines.append(self._next_memory_check)
-        if self.queue.more_to_examine and self._can_start_more():
-            deadlines.append(now)  # the last claim gave jobs back and stopped at its budget
+        if (self.queue.more_to_examine and self._can_start_more()) or (self._take_in_due and not self.draining):
+            deadlines.append(now)  # the last claim or take-in stopped at its budget
         if self._drain_deadline is not None:
             deadlines.append(self._drain_deadline)
         if self._sweeper.pid is None and not self.stopping_now:
@@ -291,18 +312,33 @@ class Manager:
         rescan = now >= self._next_poll
         if self._watch is not None and self._watch.fd in self._ready_fds:
             ready = self.queue.folder.state_dir(State.READY)
+            incoming = self.queue.folder.state_dir(State.INCOMING)
             for folder, name in self._watch.read():
                 if folder is None:  # the kernel dropped events: look at ready/ and the drain file now
                     rescan = True
                     self.queue.note_ready_missed()
                 elif folder == ready:
                     self.queue.note_ready(name)
+                elif folder == incoming:
+                    self._take_in_due = True
                 elif name == DRAIN_FILE:
                     self._check_drain_file()
         if rescan:
             self._next_poll = now + self.settings.poll_interval
             self._check_drain_file()
             self._reload_settings()
+            self._take_in_due = True
+
+    def _take_in(self) -> None:
+        """Take in what members submitted to incoming/ (a bounded number per turn)."""
+        if not self._take_in_due or self.draining:
+            return
+        try:
+            handled = self.queue.take_in(budget=TAKE_IN_PER_TURN)
+        except (OSError, JobsError) as exc:
+            log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
+            handled = 0
+        self._take_in_due = handled >= TAKE_IN_PER_TURN  # more may wait: again next turn, at once
 
     def _reload_settings(self) -> None:
         """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""

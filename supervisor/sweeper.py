@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
 HEALTHY_RUN = 60.0  # a sweeper that ran this long before dying was not crash-looping
 TREE_BUDGET = 2_000  # entries of one purged job removed per sweep; later sweeps finish a bigger one
-PURGE_EVERY_MAX = 300.0  # applying the retention lists and stats all of done/: not at every sweep
+PURGE_EVERY_MAX = 300.0
+TAKE_IN_PER_SWEEP = 1000  # applying the retention lists and stats all of done/: not at every sweep
 
 
 def run(
@@ -57,6 +58,7 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
         now = queue.filesystem_now()
         queue.folder.reload_settings()  # a lost run's attempt limit may come from them
         done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
+        done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP)  # for managers that do not watch it
         if retention is not None:
             done["purged"] = len(queue.purge(State.DONE, retention, now, budget=TREE_BUDGET))
     except (OSError, JobsError) as exc:

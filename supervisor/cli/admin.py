@@ -4,6 +4,7 @@ purge, wait."""
 from __future__ import annotations
 
 import argparse
+import grp
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +36,10 @@ UNSET = "default"  # `config QUEUE KEY default`: the built-in value again
 def add_commands(commands: Commands[Parser]) -> None:
     init = add_command(commands, "init", _init, "create a queue folder (or set the settings of an existing one)")
     add_queue(init)
-    init.add_argument("--shared", action="store_true", help="group-writable queue (mode 2770) for several users")
+    init.add_argument(
+        "--shared", action="store_true", help="members of the queue's group may submit and read (docs/SECURITY.md)"
+    )
+    init.add_argument("--group", metavar="GROUP", help="with --shared: the queue's group (default: the folder's)")
     init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it or its function says (3)")
     init.add_argument("--timeout", help="a job's timeout unless it or its function says: 30s, 5m, none (none)")
     init.add_argument("--memory-limit", help="a job's RSS limit unless it or its function says: 512M, none (none)")
@@ -87,16 +91,32 @@ def _init(args: argparse.Namespace) -> int:
     changes = {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
     for key, value in changes.items():
         config.checked(key, value)  # before anything is created
+    if args.group and not args.shared:
+        raise UsageError("--group names the group of a shared queue: use it with --shared")
+    gid = _group_id(args.group) if args.group else None
     queue = Queue(args.queue, create=True, shared=args.shared)
     if args.shared and not queue.folder.shared:
         raise UsageError(
             f"{queue.path} is already a private queue; --shared applies only when creating one "
             "(make a new shared queue and move the jobs over)"
         )
+    if not queue.folder.owned():
+        raise UsageError(f"{queue.path} belongs to another user: only its owner can set it up")
+    if gid is not None:
+        queue.folder.set_group(gid)
+    for change in queue.folder.tighten():  # a queue made by an earlier forkvisor, or by hand
+        print(f"forkvisor: tightened {change}", file=sys.stderr)
     if changes:
         queue.configure(**changes)
     print(queue.path)
     return 0
+
+
+def _group_id(name: str) -> int:
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise UsageError(f"no group named {name!r} on this host: create it first (groupadd {name})") from None
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -148,10 +168,18 @@ def _retry(args: argparse.Namespace) -> int:
     ids = args.jobs or [job.id for job in queue.list(State.DEAD, function=args.function)]
 
     def retry(job_id: str) -> str:
+        if not queue.owned:
+            return _ask(queue, job_id, "retry")
         queue.retry(job_id)
         return "ready again, attempts reset"
 
     return _each(ids, retry)
+
+
+def _ask(queue: Queue, job_id: str, action: str) -> str:
+    """A member acts through the queue's managers (docs/SECURITY.md)."""
+    queue.ask(job_id, action)
+    return f"asked the managers of {queue.path} to {action} it (they do if you submitted it)"
 
 
 def _cancel(args: argparse.Namespace) -> int:
@@ -163,6 +191,8 @@ def _cancel(args: argparse.Namespace) -> int:
     ]
 
     def cancel(job_id: str) -> str:
+        if not queue.owned:
+            return _ask(queue, job_id, "cancel")
         if queue.cancel(job_id) is State.CLAIMED:
             return "running: its manager stops it and moves it to dead/"
         return "cancelled: moved to dead/"

@@ -185,7 +185,7 @@ def test_shared_queue_runs_command_jobs_only_with_commands(tmp_path: Path) -> No
     queue = tmp_path / "queue"
     ok("init", queue, "--shared", "--lease", "3")
     assert marker(queue)["shared"] is True
-    assert stat.S_IMODE(os.stat(queue).st_mode) == 0o2770
+    assert stat.S_IMODE(os.stat(queue).st_mode) == 0o2750, "members read it; only the owner writes it"
 
     job_id = submit(queue, "true", options=("--max-attempts", "3"))
     burst(queue, app=False)

@@ -66,7 +66,7 @@ def test_it_checks_with_jq_when_there_is_one(tmp_path: Path) -> None:
 def test_without_jq_or_python_it_publishes_unchecked_and_says_so(tmp_path: Path) -> None:
     bare = tmp_path / "bin"
     bare.mkdir()
-    for tool in ("sh", "date", "od", "tr", "printf", "sed", "mkdir", "sync", "mv", "cat", "rm"):
+    for tool in ("sh", "date", "od", "tr", "printf", "sed", "mkdir", "sync", "mv", "cat", "rm", "stat", "id"):
         found = shutil.which(tool)
         if found:
             (bare / tool).symlink_to(found)

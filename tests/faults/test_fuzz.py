@@ -142,7 +142,9 @@ def plant(queue: Queue, owner_dir: Path, entry: Entry, outside: Outside, planted
     job_id = new_job_id()
     parent = {"owner": owner_dir}.get(entry.where, queue.path / entry.where)
     if entry.job:
-        name = {"ready": ready_name(job_id, 0), "scheduled": scheduled_name(job_id, 0, 1.0)}.get(entry.where, job_id)
+        name = {"incoming": 0, "ready": ready_name(job_id, 0), "scheduled": scheduled_name(job_id, 0, 1.0)}.get(
+            entry.where, job_id
+        )
     else:
         name = os.fsdecode(entry.name) if entry.name else ready_name(job_id, 0)
     path = entry_path(parent, name)

@@ -193,6 +193,7 @@ def assert_junkyard_settled(yard: Junkyard) -> None:
     for link in yard.ignored:
         assert link.is_symlink(), f"{link} was moved or replaced"
     assert queue.counts() == {
+        "incoming": 0,
         "ready": len(yard.left),
         "scheduled": 0,
         "claimed": 0,

@@ -1,7 +1,7 @@
 """Permissions of what forkvisor creates: private by default (folders 0700, files
-0600, whatever the umask lets through), group-shared on request (folders 2770,
-files 0660, whatever the umask takes away), checked over everything enqueue,
-a manager's run, its sweeper and the CLI leave in the queue.
+0600, whatever the umask lets through), group-readable on request (folders 2750,
+files 0640, and incoming/ 3770 for members' submissions: docs/SECURITY.md), checked
+over everything enqueue, a manager's run, its sweeper and the CLI leave in the queue.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from tests.faults.conftest import start_manager
 from tests.supervisor.conftest import REPO, Processes, dump, forkvisor_command, wait_until
 
 PRIVATE = (0o700, 0o600)
-SHARED = (0o2770, 0o660)
+SHARED = (0o2750, 0o640)
+SHARED_FOLDERS = {"incoming": 0o3770}  # the one folder members write: sticky
 PLANTED = ("junk", "half-written")  # names the test itself plants: their modes are the test's
 
 
@@ -47,6 +48,8 @@ def wrong_modes(root: Path, modes: tuple[int, int]) -> list[str]:
                 continue
             status = path.lstat()
             want = modes[0] if stat.S_ISDIR(status.st_mode) else modes[1]
+            if modes == SHARED and relative in SHARED_FOLDERS:
+                want = SHARED_FOLDERS[relative]
             if stat.S_IMODE(status.st_mode) != want:
                 found.append(f"{oct(stat.S_IMODE(status.st_mode))} {relative}")
     own = stat.S_IMODE(root.stat().st_mode)
@@ -134,11 +137,12 @@ def test_the_drain_file_is_private(tmp_path: Path, umask: None) -> None:
 def test_a_group_member_submits_and_reads_results_in_a_shared_queue(
     procs: Processes, nobody: list[str], open_dir: Path
 ) -> None:
-    """nobody (group nogroup) enqueues; root's manager runs it; nobody reads the result."""
+    """nobody (group nogroup) enqueues (a file in incoming/: a member may write nothing else);
+    root's manager takes it in and runs it; nobody reads the result."""
     root = open_dir / "queue"
     root.mkdir()
     os.chown(root, 0, _gid("nogroup"))
-    root.chmod(0o2770)  # the setgid bit hands the group down to everything created inside
+    root.chmod(0o2750)  # the setgid bit hands the group down to everything created inside
     queue = Queue(root, shared=True)
     script = "import sys; from jobs import Queue; print(Queue(sys.argv[1]).enqueue('fault.ok', 'shared'))"
     submitted = subprocess.run(

@@ -12,7 +12,7 @@ import pytest
 
 from jobs import Queue, QueueError
 
-STATE_FOLDERS = ["claimed", "dead", "done", "quarantine", "ready", "scheduled", "tmp"]
+STATE_FOLDERS = ["claimed", "dead", "done", "incoming", "quarantine", "ready", "scheduled", "tmp"]
 
 
 def _mode(path: Path) -> int:
@@ -147,13 +147,17 @@ def test_default_permissions_are_private(queue_path: Path, umask_022: None) -> N
     assert _mode(queue_path / "queue.json") == 0o600
 
 
-def test_shared_queue_gives_the_group_rwx_and_setgid(queue_path: Path, umask_022: None) -> None:
+def test_shared_queue_lets_the_group_read_and_write_only_incoming(queue_path: Path, umask_022: None) -> None:
+    """docs/SECURITY.md: members submit into incoming/ (sticky: each removes only their own)
+    and read the rest; the owner alone writes the queue folder, queue.json and the job folders."""
     queue = Queue(queue_path, shared=True)
     assert queue.folder.shared is True
-    assert _mode(queue_path) == 0o2770
+    assert _mode(queue_path) == 0o2750
+    assert _mode(queue_path / "queue.json") == 0o640
     for name in STATE_FOLDERS:
-        assert _mode(queue_path / name) == 0o2770, name
+        assert _mode(queue_path / name) == (0o3770 if name == "incoming" else 0o2750), name
     assert json.loads((queue_path / "queue.json").read_text())["shared"] is True
+    assert queue.folder.problems() == []
 
 
 def test_shared_mode_comes_from_the_marker_not_the_opener(queue_path: Path) -> None:
@@ -164,13 +168,39 @@ def test_shared_mode_comes_from_the_marker_not_the_opener(queue_path: Path) -> N
     assert Queue(other, shared=True).folder.shared is False
 
 
-def test_shared_queue_job_directories_stay_group_writable(queue_path: Path, umask_022: None) -> None:
+def test_shared_queue_job_folders_are_readable_by_the_group_and_writable_by_the_owner_alone(
+    queue_path: Path, umask_022: None
+) -> None:
     queue = Queue(queue_path, shared=True)
     job_id = queue.enqueue("sample.echo")
     job_dir = queue_path / "ready" / f"100.{job_id}"
-    assert _mode(job_dir) & 0o070 == 0o070
-    assert _mode(job_dir / "job.json") & 0o060 == 0o060
-    assert _mode(job_dir / "events") & 0o060 == 0o060
+    assert _mode(job_dir) == 0o2750
+    assert _mode(job_dir / "job.json") == 0o640
+    assert _mode(job_dir / "events") == 0o640
+
+
+def test_a_queue_others_may_write_is_one_no_manager_serves(queue_path: Path) -> None:
+    queue = Queue(queue_path, shared=True)
+    os.chmod(queue_path, 0o2770)  # a shared queue made by an earlier forkvisor
+    os.chmod(queue_path / "queue.json", 0o660)
+    os.chmod(queue_path / "ready", 0o2770)
+    assert queue.folder.problems() == [
+        "the queue folder is writable by its group (mode 2770)",
+        "queue.json is writable by its group (mode 0660)",
+        "ready/ is writable by its group (mode 2770)",
+    ]
+    assert sorted(queue.folder.tighten()) == ["queue.json: 0660 -> 0640", "queue: 2770 -> 2750", "ready: 2770 -> 2750"]
+    assert queue.folder.problems() == []
+
+
+def test_missing_parents_are_made_0755_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        Queue(tmp_path / "a" / "b" / "queue")
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "a") == _mode(tmp_path / "a" / "b") == 0o755
+    assert _mode(tmp_path / "a" / "b" / "queue") == 0o700
 
 
 def test_two_opens_of_one_queue_see_each_other(queue_path: Path) -> None:

@@ -32,7 +32,7 @@ def test_a_copy_of_a_dead_job_put_back_in_ready_is_quarantined_not_stranded(queu
     assert copy is not None
     with pytest.raises(ClaimLost, match="already holds a job with this id"):
         queue.fail(copy, {"message": "boom again"})  # dead/ID exists: the copy cannot replace it
-    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 1}
+    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 1}
     notes = [p.read_text() for p in (queue.path / "quarantine").glob("*.why")]
     assert len(notes) == 1
     assert "already holds a job with this id" in notes[0]

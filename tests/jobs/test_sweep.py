@@ -390,4 +390,4 @@ def test_note_lost_of_a_purged_job_does_nothing(queue: Queue, owner: Owner) -> N
     queue.complete(claim)
     assert queue.purge(State.DONE, older_than=0, now=time.time() + 1) == [job_id]
     queue.note_lost(claim)
-    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}

@@ -3,6 +3,7 @@ operator's views and actions (job, list, counts, cancel, retry, purge)."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -22,9 +23,11 @@ from jobs import (
     Queue,
     State,
     WrongState,
+    incoming,
     unknown_liveness,
 )
 from jobs.index import ReadyIndex
+from jobs.job import new_job_id
 
 from .conftest import Hand
 
@@ -67,7 +70,12 @@ def claim_one(queue: Queue, owner: Owner, now: float | None = None) -> Claim:
 
 
 def bring_to(queue: Queue, owner: Owner, state: State, **options: Any) -> str:
-    """Enqueue a job and move it to `state` through the public transitions."""
+    """Enqueue a job and move it to `state` through the public transitions (INCOMING: as a
+    member of a shared queue submits it, a file in incoming/)."""
+    if state is State.INCOMING:
+        job_id = new_job_id()
+        incoming.submit(queue.folder, job_id, json.dumps({"function": "sample.echo"}).encode(), durable=False)
+        return job_id
     if state is State.SCHEDULED:
         return queue.with_options(delay=3600, **options).enqueue("sample.echo")
     job_id = queue.with_options(**options).enqueue("sample.echo")
@@ -669,7 +677,7 @@ def test_job_view_in_every_state(queue: Queue, owner: Owner, state: State) -> No
     assert job.error == (
         {"reason": "cannot be completed", "attempt": 1, "run": 1, "message": "boom"} if state is State.DEAD else None
     )
-    expected_attempts = 0 if state in (State.READY, State.SCHEDULED) else 1
+    expected_attempts = 0 if state in (State.INCOMING, State.READY, State.SCHEDULED) else 1
     assert job.attempts == expected_attempts
     assert len(job.history) == expected_attempts
 
@@ -724,7 +732,7 @@ def test_list_of_an_unknown_state_is_refused(queue: Queue) -> None:
 
 
 def test_counts_every_state(queue: Queue, owner: Owner) -> None:
-    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
     for state, number in [(State.DONE, 2), (State.DEAD, 1), (State.CLAIMED, 1), (State.SCHEDULED, 3)]:
         for _ in range(number):
             bring_to(queue, owner, state)
@@ -735,8 +743,8 @@ def test_counts_every_state(queue: Queue, owner: Owner) -> None:
     queue.with_options(priority=50).enqueue("sample.echo")
     claim_one(queue, other)
     counts = queue.counts()
-    assert counts == {"ready": 4, "scheduled": 3, "claimed": 2, "done": 2, "dead": 1}
-    assert list(counts) == ["ready", "scheduled", "claimed", "done", "dead"]
+    assert counts == {"incoming": 0, "ready": 4, "scheduled": 3, "claimed": 2, "done": 2, "dead": 1}
+    assert list(counts) == ["incoming", "ready", "scheduled", "claimed", "done", "dead"]
     assert counts == {state.value: len(queue.list(state)) for state in State}
 
 

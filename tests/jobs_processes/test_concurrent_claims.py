@@ -127,7 +127,14 @@ def assert_each_claimed_once(queue_path: Path, published: list[str], outputs: li
     assert not wrong, f"attempts != 1 for {len(wrong)} jobs: {dict(list(wrong.items())[:5])}"
     assert entries(queue_path / State.CLAIMED.value) == [], "an owner folder was left in claimed/"
     queue = Queue(queue_path, create=False)
-    assert queue.counts() == {"ready": 0, "scheduled": 0, "claimed": 0, "done": len(published), "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "claimed": 0,
+        "done": len(published),
+        "dead": 0,
+    }
 
 
 def test_four_processes_claim_every_job_exactly_once(tmp_path: Path, children: Children) -> None:

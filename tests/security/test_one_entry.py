@@ -150,8 +150,8 @@ def test_a_deep_tree_is_purged_without_recursion_and_the_sweeper_finishes_the_re
     wait_until(lambda: queue.job(done).state is State.DONE, 10, "the job was done", manager=manager)
     _deep_tree(queue.job(done).path / "attempt-1" / "deep", 30_000)  # what a job can leave in its folder
     stale = queue.path / "tmp" / ".purge.20200101-000000-000000-00000000"
-    _deep_tree(stale, 30_000)  # a purge killed half way
-    os.utime(stale, (1, 1))
+    _deep_tree(queue.path / "built-aside", 30_000)  # a purge killed half way: made aside, then moved in
+    os.rename(queue.path / "built-aside", stale)
 
     purged = _cli("purge", queue.path, "--state", "done", "--older-than", "0s")
     assert purged.returncode == 0, purged  # was 101: RecursionError in shutil.rmtree
