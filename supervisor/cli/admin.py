@@ -27,6 +27,7 @@ from supervisor.cli.common import (
     stderr_is_terminal,
     terminal_state,
 )
+from supervisor.cli.text import safe
 from supervisor.manager import DRAIN_FILE
 
 SETTINGS = config.SETTINGS
@@ -207,7 +208,7 @@ def _each(ids: list[str], action: Callable[[str], str]) -> int:
         try:
             print(f"{job_id} {action(job_id)}")
         except JobsError as exc:
-            print(f"forkvisor: {exc}", file=sys.stderr)
+            print(f"forkvisor: {safe(exc)}", file=sys.stderr)
             code = max(code, EXIT_NOT_FOUND if not isinstance(exc, InvalidJobId) else EXIT_USAGE)
     return code
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -28,6 +30,7 @@ from supervisor.cli.common import (
     state,
     when,
 )
+from supervisor.cli.text import safe, safe_lines
 
 MAX_EVENTS_BYTES = 1 << 20
 FOLLOW_POLL = 0.2
@@ -58,6 +61,7 @@ def add_commands(commands: Commands[Parser]) -> None:
     logs.add_argument("--attempt", type=int, metavar="N", help="which run (default: the last)")
     logs.add_argument("--stderr", action="store_true", help="stderr instead of stdout")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
+    logs.add_argument("--raw", action="store_true", help="the bytes as they are, even to a terminal")
 
 
 # -- status -------------------------------------------------------------------------------
@@ -71,7 +75,7 @@ def _status(args: argparse.Namespace) -> int:
         if args.json:
             print_json(taken.to_json())
         else:
-            text = _status_text(taken)
+            text = "\n".join(safe(line) for line in _status_text(taken).splitlines())  # hosts, functions: the queue's
             print(f"\033[H\033[J{text}" if args.watch and refresh else text, flush=True)
         if not args.watch:
             return 0
@@ -138,7 +142,8 @@ def _list(args: argparse.Namespace) -> int:
     width = min(40, max((len(snapshot.describe(job)) for job in found), default=8))
     for job in found:
         tries = f"{job.attempts}/{snapshot.policy_of(queue, job, served).max_attempts}"
-        print(f"{job.id}  {job.state.value:<9} {snapshot.describe(job)[:width]:<{width}}  {tries}  {_detail(job)}")
+        what = safe(snapshot.describe(job))[:width]
+        print(f"{job.id}  {job.state.value:<9} {what:<{width}}  {tries}  {safe(_detail(job))}")
     if args.limit and len(found) == args.limit and sys.stderr.isatty():
         print(f"(the first {args.limit}; --limit 0 lists all)", file=sys.stderr)
     return 0
@@ -187,38 +192,43 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(_full(job, policy, events))
         return 0
-    spec = job.spec
-    print(f"job       {job.id}")
-    print(f"state     {job.state.value}" + (f" (held by {job.owner})" if job.owner else ""))
-    if spec.function == COMMAND:
-        print(f"command   {snapshot.describe(job)[2:]}")
-    else:
-        print(f"function  {spec.function}")
-        print(f"args      {_short(list(spec.args), 200)}")
-    if spec.kwargs:
-        print(f"kwargs    {_short(dict(spec.kwargs), 200)}")
-    print(f"attempts  {job.attempts}/{policy.max_attempts}   priority {spec.priority}")
-    print(f"policy    {_policy_text(policy)}")
-    if not job.state.terminal and job.policy is None and job.function not in served:
-        print("          (no running manager runs this function: its own policy is not known here)")
-    print(f"created   {when(spec.created or created_at(job.id))}")
-    if spec.metadata:
-        print(f"metadata  {_short(dict(spec.metadata), 200)}")
-    if job.state is State.DONE:
-        print(f"result    {_short(job.result, 500)}")
-    if job.error:
-        print(f"error     {job.error.get('reason', '')}: {job.error.get('message', '')}")
-    for attempt in job.history:
-        print(_attempt_line(attempt.number, attempt.outcome))
-    print("events:")
-    for line in events:
-        print(f"  {line}")
+    for line in _show_lines(job, policy, events, served):
+        print(safe(line))  # every field a job or a member could write is escaped
     return 0
 
 
-def _attempt_line(number: int, outcome: Any) -> str:
+def _show_lines(job: Job, policy: Policy, events: list[str], served: dict[str, Any]) -> list[str]:
+    spec = job.spec
+    held = f" (held by {job.owner})" if job.owner else ""
+    lines = [f"job       {job.id}", f"state     {job.state.value}{held}"]
+    if spec.function == COMMAND:
+        lines.append(f"command   {snapshot.describe(job)[2:]}")
+    else:
+        lines += [f"function  {spec.function}", f"args      {_short(list(spec.args), 200)}"]
+    if spec.kwargs:
+        lines.append(f"kwargs    {_short(dict(spec.kwargs), 200)}")
+    lines += [
+        f"attempts  {job.attempts}/{policy.max_attempts}   priority {spec.priority}",
+        f"policy    {_policy_text(policy)}",
+    ]
+    if not job.state.terminal and job.policy is None and job.function not in served:
+        lines.append("          (no running manager runs this function: its own policy is not known here)")
+    lines.append(f"created   {when(spec.created or created_at(job.id))}")
+    if spec.metadata:
+        lines.append(f"metadata  {_short(dict(spec.metadata), 200)}")
+    if job.state is State.DONE:
+        lines.append(f"result    {_short(job.result, 500)}")
+    if job.error:
+        lines.append(f"error     {job.error.get('reason', '')}: {job.error.get('message', '')}")
+    for attempt in job.history:
+        lines += _attempt_lines(attempt.number, attempt.outcome)
+    return [*lines, "events:", *(f"  {line}" for line in events)]
+
+
+def _attempt_lines(number: int, outcome: Any) -> list[str]:
+    """One line for a run, and one for its error if it recorded one."""
     if not isinstance(outcome, dict):
-        return f"run {number}: running (or never harvested)"
+        return [f"run {number}: running (or never harvested)"]
     status = "did not start" if outcome.get("started") is False else outcome.get("status", "?")
     line = f"run {number}: {status}"
     if outcome.get("limit"):
@@ -232,8 +242,8 @@ def _attempt_line(number: int, outcome: Any) -> str:
         line += " (released: attempt not counted)"
     error = outcome.get("error")
     if isinstance(error, dict) and error.get("message"):
-        line += f"\n    {error.get('type', 'error')}: {error['message']}"
-    return line
+        return [line, f"    {error.get('type', 'error')}: {error['message']}"]
+    return [line]
 
 
 def _policy_text(policy: Policy) -> str:
@@ -292,34 +302,47 @@ def _logs(args: argparse.Namespace) -> int:
     if number not in runs:
         raise UsageError(f"job {job.id} has no run {number}; its runs are {', '.join(map(str, sorted(runs)))}")
     name = "stderr" if args.stderr else "stdout"
+    write = _write_raw if args.raw or not sys.stdout.isatty() else _write_escaped
     try:
         fd = os.open(runs[number].path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return 0  # the run wrote nothing there (or had not started)
     with os.fdopen(fd, "rb") as log:  # the descriptor follows the file when the job moves
-        _copy(log)
+        if not stat.S_ISREG(os.fstat(log.fileno()).st_mode):
+            raise UsageError(f"{name} of job {job.id} run {number} is not a regular file: nothing to show")
+        _copy(log, write)
         if args.follow:
-            _follow(queue, job.id, runs[number].path.name, log)
+            _follow(queue, job.id, runs[number].path.name, log, write)
     return 0
 
 
-def _follow(queue: Queue, job_id: str, attempt_name: str, log: BinaryIO) -> None:
+def _write_raw(chunk: bytes) -> None:
+    sys.stdout.buffer.write(chunk)
+
+
+def _write_escaped(chunk: bytes) -> None:
+    """On a terminal, a job's output could hold escape sequences: show them as text."""
+    sys.stdout.write(safe_lines(chunk.decode("utf-8", "replace")))
+
+
+def _follow(queue: Queue, job_id: str, attempt_name: str, log: BinaryIO, write: Callable[[bytes], None]) -> None:
     """Keep copying until the run is harvested (its outcome.json appears) or the job leaves claimed/."""
     while True:
         job = queue.job(job_id)
         harvested = (job.path / attempt_name / "outcome.json").exists()
         if job.state is not State.CLAIMED or harvested:
-            _copy(log)
+            _copy(log, write)
             return
-        if not _copy(log):
+        if not _copy(log, write):
             time.sleep(FOLLOW_POLL)  # `tail -f` polls too; a log has no end to wait for
 
 
-def _copy(log: BinaryIO) -> bool:
+def _copy(log: BinaryIO, write: Callable[[bytes], None]) -> bool:
     """Copy what is new in `log` to stdout; whether there was anything."""
     chunk = log.read()
     if not chunk:
         return False
-    sys.stdout.buffer.write(chunk)
+    write(chunk)
+    sys.stdout.flush()
     sys.stdout.buffer.flush()
     return True

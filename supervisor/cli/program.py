@@ -45,6 +45,7 @@ from supervisor.cli.common import (
     Parser,
     UsageError,
 )
+from supervisor.cli.text import SafeFormatter, safe
 from supervisor.errors import ConfigError, SupervisorError
 
 LOG_FORMATS = {
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ENVIRONMENT
         for kinds, code in _EXIT_CODES:
             if isinstance(exc, kinds):
-                print(f"forkvisor: {exc}", file=sys.stderr)
+                print(f"forkvisor: {safe(exc)}", file=sys.stderr)  # it may quote the queue's text
                 return code
         logging.getLogger(__name__).exception("internal error: this is a bug in forkvisor, please report it")
         return EXIT_INTERNAL
@@ -124,6 +125,6 @@ class _JsonMessageFormatter(logging.Formatter):
 
 def _configure_logging(level: str, style: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    formatter_class = _JsonMessageFormatter if style == "json" else logging.Formatter
+    formatter_class = _JsonMessageFormatter if style == "json" else SafeFormatter
     handler.setFormatter(formatter_class(LOG_FORMATS[style]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
