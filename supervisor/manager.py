@@ -163,7 +163,7 @@ class Manager:
             return
         path = self.queue.path
         if any("belongs to" in problem for problem in problems):
-            fix = "run the manager as the queue's owner"
+            fix = "run the manager as the queue's owner (as root: --user NAME)"
         else:
             shared = " --shared" if self.queue.folder.shared else ""
             fix = f"tighten it as its owner with `forkvisor init {path}{shared}`"

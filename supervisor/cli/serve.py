@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from jobs import Call, JobOptions, Queue, Registry, command_call
+from supervisor import privileges
 from supervisor.cli.common import Commands, Parser, add_command, add_queue, positive_duration
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
@@ -51,9 +52,14 @@ def _add_run(commands: Commands[Parser]) -> None:
         "--stall-timeout", type=positive_duration, default=60.0, help="--burst gives up after failing this long (1m)"
     )
     run.add_argument("--no-durable", action="store_true", help="skip fsync (survives crashes, not power loss)")
+    run.add_argument(
+        "--user", metavar="NAME", help="as root: become NAME (the queue's owner) before touching the queue or the app"
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.user:
+        privileges.become(args.user)  # first: nothing is read, imported or forked as root
     registry = load_app(args.app, args.path) if args.app else None
     queue = Queue(args.queue, create=False, durable=not args.no_durable)
     optional = {"lease": args.lease, "sweep_interval": args.sweep_interval, "retention": args.retention}
