@@ -22,6 +22,7 @@ the reason otherwise.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import pwd
@@ -94,25 +95,28 @@ class Actions:
 
     cancel: Callable[[str], Any]  # an operator's cancel of job ID
     retry: Callable[[str], Any]  # an operator's retry of job ID
-    locate: Callable[[str], Path]  # the folder of job ID; JobNotFound if it is nowhere
+    locate: Callable[[str], tuple[State, Path]]  # where job ID is; JobNotFound if it is nowhere
     on_ready: Callable[[str], None]  # a name put in ready/
 
 
-def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64) -> int:
-    """Take in up to `budget` entries of `incoming/`; return how many were handled.
-    One entry never stops the others: what is not a submission is quarantined."""
+def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64, leftovers: bool = False) -> int:
+    """Take in up to `budget` submissions and requests of `incoming/`, oldest id first; with
+    `leftovers` (the sweeper's), also finish interrupted take-ins and drop abandoned staging
+    files. Return how many entries were handled. One entry never stops the others: what is
+    not a submission is quarantined. (Members' staging files never slow a manager's turn:
+    they are set aside by name, not looked at.)"""
     incoming = folder.path / State.INCOMING.value
     try:
-        names = sorted(os.listdir(incoming))
+        names = os.listdir(incoming)
     except FileNotFoundError:
         return 0
+    picked = heapq.nsmallest(budget, (name for name in names if not name.startswith(".")))
+    if leftovers:
+        picked += [name for name in names if name.startswith(".")][:budget]
     handled = 0
-    for name in names:
-        if handled >= budget:
-            break
+    for name in picked:
         try:
-            if _take_entry(folder, name, now, actions):
-                handled += 1
+            handled += _take_entry(folder, name, now, actions)
         except (OSError, JobsError) as exc:  # this entry, not the queue: go on with the next
             log.warning("cannot take in incoming/%r: %s", name, exc)
             handled += 1
@@ -243,9 +247,11 @@ def _refusal(folder: QueueFolder, job_id: str, requester: int, actions: Actions)
     if requester in (0, os.stat(folder.path).st_uid):
         return None
     try:
-        submitter = submitted_by(actions.locate(job_id))
+        state, path = actions.locate(job_id)
     except JobNotFound as exc:
         return str(exc)
+    # Not taken in yet: its submitter owns the file; taken in: the owner recorded who.
+    submitter = os.lstat(path).st_uid if state is State.INCOMING else submitted_by(path)
     if submitter is None:
         return "it was not submitted through incoming/, so it is the owner's"
     if submitter != requester:
@@ -280,10 +286,11 @@ def _finish_interrupted(folder: QueueFolder, name: str, now: float, actions: Act
         folder.quarantine(incoming, name, "not a submission", now)
         return True
     try:
-        actions.locate(job[1])
-        published = _JOB_RE.match(original) is not None
+        state, _ = actions.locate(job[1])
     except JobNotFound:
-        published = False
+        state = State.INCOMING
+    # Published means in a state folder; the file being finished is itself "incoming".
+    published = _JOB_RE.match(original) is not None and state is not State.INCOMING
     if published:
         files.unlink_if_there(incoming / name)  # taken in already; its manager died before this
     else:

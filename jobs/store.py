@@ -213,17 +213,18 @@ class Queue:
         self._index.rescan()
         return self._index.holds_names
 
-    def take_in(self, now: float | None = None, budget: int = 64) -> int:
+    def take_in(self, now: float | None = None, budget: int = 64, leftovers: bool = False) -> int:
         """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`);
-        return how many entries were handled. The queue's owner (its managers) does this."""
+        return how many entries were handled. The queue's owner (its managers) does this;
+        `leftovers`: also finish interrupted take-ins (the sweeper's chore)."""
         now = time.time() if now is None else now
         actions = incoming.Actions(
             cancel=self.cancel,
             retry=self.retry,
-            locate=lambda job_id: view.locate(self.folder, job_id)[1],
+            locate=lambda job_id: view.locate(self.folder, job_id),
             on_ready=self._index.add,
         )
-        return incoming.take_in(self.folder, now, actions, budget)
+        return incoming.take_in(self.folder, now, actions, budget, leftovers)
 
     def ask(self, job_id: str, action: str, why: str = "") -> None:
         """As a member of a shared queue, ask its managers to `cancel` or `retry` one of your

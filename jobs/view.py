@@ -119,14 +119,15 @@ def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Path] | None:
         path = owner_dir / job_id
         if path.is_dir() and not path.is_symlink():
             return State.CLAIMED, path
-    for name in (f"{job_id}.json", f"{incoming.TAKING}{job_id}.json"):  # a member's, not taken in yet
-        path = folder.state_dir(State.INCOMING) / name
-        if path.is_file() and not path.is_symlink():
-            return State.INCOMING, path
     for state in (State.READY, State.SCHEDULED):
         for path, found in entries(folder, state):
             if found == job_id:
                 return state, path
+    # Last: a published place wins over a take-in's leftover file of the same job.
+    for name in (f"{job_id}.json", f"{incoming.TAKING}{job_id}.json"):  # a member's, not taken in yet
+        path = folder.state_dir(State.INCOMING) / name
+        if path.is_file() and not path.is_symlink():
+            return State.INCOMING, path
     return None
 
 

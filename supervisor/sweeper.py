@@ -58,7 +58,8 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
         now = queue.filesystem_now()
         queue.folder.reload_settings()  # a lost run's attempt limit may come from them
         done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
-        done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP)  # for managers that do not watch it
+        # For managers that do not watch it, and the leftovers of take-ins whose manager died:
+        done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP, leftovers=True)
         if retention is not None:
             done["purged"] = len(queue.purge(State.DONE, retention, now, budget=TREE_BUDGET))
     except (OSError, JobsError) as exc:
