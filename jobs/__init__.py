@@ -56,6 +56,7 @@ from jobs.errors import (
     MoveCollision,
     NotFinished,
     QueueError,
+    QueueReplaced,
     StorageError,
     UnknownCallable,
     UnsupportedFormat,
@@ -63,6 +64,7 @@ from jobs.errors import (
     WrongState,
     storage_error,
 )
+from jobs.folder import DRAIN_FILE
 from jobs.job import Attempt, Job, JobOptions, JobSpec, State, is_job_id, new_job_id
 from jobs.lease import Liveness, Owner, unknown_liveness
 from jobs.policy import Functions, Policy, Source
@@ -74,6 +76,7 @@ from jobs.units import format_duration, format_size, parse_duration, parse_size
 __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
+    "DRAIN_FILE",
     "ArgumentNotSerializable",
     "Attempt",
     "Backoff",
@@ -100,6 +103,7 @@ __all__ = [
     "Policy",
     "Queue",
     "QueueError",
+    "QueueReplaced",
     "Registered",
     "Registry",
     "Source",

@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
+
+from jobs.handles import Dir
 
 INCOMING = "incoming"  # State.INCOMING's folder
 
@@ -52,23 +53,25 @@ def layout(shared: bool) -> Layout:
     return SHARED if shared else PRIVATE
 
 
-def problems(root: Path, marker: str, folders: list[str], uid: int) -> list[str]:
-    """Why a manager running as `uid` must not serve the queue at `root` (empty if it may)."""
-    found = _unsafe(root, "the queue folder", uid, allow_group_write=False)
-    found += _unsafe(root / marker, marker, uid, allow_group_write=False)
-    for name in folders:
-        found += _unsafe(root / name, f"{name}/", uid, allow_group_write=name == INCOMING)
+def problems(root: Dir, marker: str, folders: list[str], uid: int) -> list[str]:
+    """Why a manager running as `uid` must not serve the queue opened as `root` (empty if it may)."""
+    found = _unsafe(os.fstat(root.fd), "the queue folder", uid, allow_group_write=False)
+    for name in [marker, *folders]:
+        try:
+            status = root.lstat(name)
+        except FileNotFoundError:
+            continue  # made when the queue is opened for writing
+        what = name if name == marker else f"{name}/"
+        found += _unsafe(status, what, uid, allow_group_write=name == INCOMING)
     return found
 
 
-def _unsafe(path: Path, what: str, uid: int, *, allow_group_write: bool) -> list[str]:
-    try:
-        status = os.lstat(path)
-    except FileNotFoundError:
-        return []  # made when the queue is opened for writing
+def _unsafe(status: os.stat_result, what: str, uid: int, *, allow_group_write: bool) -> list[str]:
     mode = stat.S_IMODE(status.st_mode)
     if status.st_uid != uid:
         return [f"{what} belongs to uid {status.st_uid}, not to this manager's uid {uid}"]
+    if stat.S_ISLNK(status.st_mode):
+        return [f"{what} is a link: a queue's folders and marker must be its own"]
     if mode & 0o002:
         return [f"{what} is writable by every user (mode {mode:04o})"]
     if mode & 0o020 and not (allow_group_write and mode & stat.S_ISVTX):
@@ -76,22 +79,22 @@ def _unsafe(path: Path, what: str, uid: int, *, allow_group_write: bool) -> list
     return []
 
 
-def tighten(root: Path, marker: str, folders: list[str], shape: Layout) -> list[str]:
+def tighten(root: Dir, marker: str, folders: list[str], shape: Layout) -> list[str]:
     """Give the queue's own folder, marker and state folders the modes of `shape`; return
     what changed (the owner may; job folders keep their modes)."""
     changed = []
-    for path, mode in [(root, shape.root), (root / marker, shape.marker)] + [
-        (root / name, shape.of_folder(name)) for name in folders
-    ]:
+    targets = [(".", shape.root), (marker, shape.marker)] + [(name, shape.of_folder(name)) for name in folders]
+    for name, mode in targets:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=root.fd)
         except FileNotFoundError:
             continue
         try:
             current = stat.S_IMODE(os.fstat(fd).st_mode)
             if current != mode:
                 os.fchmod(fd, mode)  # through the descriptor: never a link's target
-                changed.append(f"{path.name or path}: {current:04o} -> {mode:04o}")
+                shown = os.path.basename(root.path) if name == "." else name
+                changed.append(f"{shown}: {current:04o} -> {mode:04o}")
         finally:
             os.close(fd)
     return changed

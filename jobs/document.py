@@ -35,12 +35,12 @@ def parse(data: bytes, what: str, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
-def read(path: files.StrPath, limit: int, what: str) -> Any:
+def read(path: files.StrPath, limit: int, what: str, dir_fd: int | None = None) -> Any:
     """Read and parse a JSON file of the queue; InvalidJob for anything but a regular file
     of at most `limit` bytes holding JSON. FileNotFoundError passes through (callers
     often mean "not there yet")."""
     try:
-        data = files.read_limited(path, limit)
+        data = files.read_limited(path, limit, dir_fd)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -19,6 +19,11 @@ class QueueError(JobsError):
     """The queue folder cannot be used: missing, not a queue, too new, unwritable."""
 
 
+class QueueReplaced(QueueError):
+    """The queue's folder, or one of its state folders, was moved or replaced while this
+    process had it open: it stops rather than follow the name somewhere else."""
+
+
 class StorageError(QueueError):
     """The queue's file system refused: it is full, over quota, read-only, or not permitted."""
 

@@ -19,10 +19,9 @@ import logging
 import os
 import stat
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeAlias
 
-from jobs.errors import MoveCollision
+from jobs.errors import InternalError, MoveCollision
 
 # The hot paths pass plain strings: a Path built per file operation costs more than the syscall.
 StrPath: TypeAlias = str | os.PathLike[str]
@@ -44,25 +43,27 @@ def checkpoint(name: str) -> None:
         checkpoint_hook(name)
 
 
-def move(src: StrPath, dst: StrPath) -> None:
-    """Rename `src` to `dst`, failing with MoveCollision if `dst` exists.
+def move(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+    """Rename `src` to `dst` (each relative to its folder handle when given), failing with
+    MoveCollision if `dst` exists.
 
     Raises FileNotFoundError when `src` is gone (another process moved it first).
     """
     global _noreplace_supported
     if _noreplace_supported:
-        if _renameat2_noreplace(src, dst):
+        if _renameat2_noreplace(src, dst, _at(src_dir_fd), _at(dst_dir_fd)):
             return
         _noreplace_supported = False  # this file system refused the flag
-    if os.path.lexists(dst):
+    if _lexists(dst, dst_dir_fd):
         raise MoveCollision(f"cannot move {src} to {dst}: {dst} already exists")
-    os.rename(src, dst)
+    os.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
-def _renameat2_noreplace(src: StrPath, dst: StrPath) -> bool:
+def _renameat2_noreplace(src: StrPath, dst: StrPath, src_fd: int, dst_fd: int) -> bool:
     """Return False when the file system does not support RENAME_NOREPLACE."""
-    assert _renameat2 is not None
-    result = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+    if _renameat2 is None:
+        raise InternalError("renameat2 was called where the C library has none: a bug in forkvisor")
+    result = _renameat2(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE)
     if result == 0:
         return True
     err = ctypes.get_errno()
@@ -73,35 +74,52 @@ def _renameat2_noreplace(src: StrPath, dst: StrPath) -> bool:
     raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
 
 
-def fsync_dir(path: StrPath) -> None:
+def _at(dir_fd: int | None) -> int:
+    return _AT_FDCWD if dir_fd is None else dir_fd
+
+
+def _lexists(path: StrPath, dir_fd: int | None) -> bool:
+    try:
+        os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def fsync_dir(path: StrPath, dir_fd: int | None = None) -> None:
     """Make the entries of folder `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def sync_filesystem(path: Path) -> None:
-    """Flush everything written to the file system holding `path` (one barrier)."""
+def sync_filesystem(folder: StrPath | int) -> None:
+    """Flush everything written to the file system holding `folder` (a path or an open
+    folder's descriptor): one barrier."""
     if _syncfs is None:
         os.sync()
         return
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fd = folder if isinstance(folder, int) else os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         if _syncfs(fd) != 0:
             err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), os.fspath(path))
+            raise OSError(err, os.strerror(err), None if isinstance(folder, int) else os.fspath(folder))
     finally:
-        os.close(fd)
+        if not isinstance(folder, int):
+            os.close(fd)
 
 
 PRIVATE = 0o600
 
 
-def write_new(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_new(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
     """Create `path` (it must not exist) holding `data`; fsync it when durable."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    fd = os.open(path, _NEW_FILE, mode, dir_fd=dir_fd)
     try:
         _widen(fd, mode)
         _write_all(fd, data)
@@ -111,33 +129,38 @@ def write_new(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE)
         os.close(fd)
 
 
-def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE) -> None:
-    """Atomically set the content of `path`: write a dot-file beside it, rename over."""
+def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
+    """Atomically set the content of `path`: write a dot-file beside it, rename over (which
+    replaces a link standing there, never its target). With `dir_fd`, `path` is a name in
+    that folder."""
     parent, name = os.path.split(os.fspath(path))
     tmp = os.path.join(parent, f".{name}.{os.getpid()}.tmp")
     try:
         try:
-            write_new(tmp, data, durable=durable, mode=mode)
+            write_new(tmp, data, durable=durable, mode=mode, dir_fd=dir_fd)
         except FileExistsError:  # a previous run of this pid died mid-write
-            os.unlink(tmp)
-            write_new(tmp, data, durable=durable, mode=mode)
+            os.unlink(tmp, dir_fd=dir_fd)
+            write_new(tmp, data, durable=durable, mode=mode, dir_fd=dir_fd)
     except OSError:
-        unlink_if_there(tmp)  # disk full, say: leave no half-written dot-file behind
+        unlink_if_there(tmp, dir_fd)  # disk full, say: leave no half-written dot-file behind
         raise
-    os.replace(tmp, path)
+    os.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     if durable:
-        fsync_dir(parent or ".")
+        if dir_fd is not None and not parent:
+            os.fsync(dir_fd)
+        else:
+            fsync_dir(parent or ".", dir_fd)
 
 
-def unlink_if_there(path: StrPath) -> None:
+def unlink_if_there(path: StrPath, dir_fd: int | None = None) -> None:
     """Remove `path`; nothing to do if it is not there."""
     try:
-        os.unlink(path)
+        os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
 
-def remove_tree(path: StrPath, budget: int | None = None) -> bool:
+def remove_tree(path: StrPath, budget: int | None = None, dir_fd: int | None = None) -> bool:
     """Remove the folder `path` and all it holds: without recursion (a tree a hundred thousand
     levels deep), without following a link (a link is removed, never its target), with at most
     two descriptors open. Going back up, each folder is checked to be the one it came down
@@ -146,10 +169,10 @@ def remove_tree(path: StrPath, budget: int | None = None) -> bool:
     With a `budget`, stop after removing about that many entries and return False: the caller
     finishes the tree later (a sweep must not spend minutes on one tree). Going down costs no
     budget, so every call removes something. True once `path` is gone (or was). OSError if it
-    is not a folder or cannot be removed."""
+    is not a folder or cannot be removed. With `dir_fd`, `path` is a name in that folder."""
     left = [float("inf") if budget is None else budget]
     parent, top = os.path.split(os.fspath(path).rstrip("/"))
-    parent_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    parent_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         try:
             fd = _open_subdir(parent_fd, top)
@@ -186,10 +209,10 @@ def remove_tree(path: StrPath, budget: int | None = None) -> bool:
         os.close(parent_fd)
 
 
-def remove_quietly(path: StrPath, budget: int | None = None) -> None:
+def remove_quietly(path: StrPath, budget: int | None = None, dir_fd: int | None = None) -> None:
     """`remove_tree`, logging instead of raising: what is left, a later sweep finishes."""
     try:
-        remove_tree(path, budget)
+        remove_tree(path, budget, dir_fd)
     except OSError as exc:
         log.warning("cannot remove %s yet: %s", path, exc)
 
@@ -227,19 +250,22 @@ def _clear_files(dir_fd: int, left: list[float]) -> str | None:
     return None
 
 
-def unlink_regular(path: StrPath) -> None:
+def unlink_regular(path: StrPath, dir_fd: int | None = None) -> None:
     """Remove `path` if it is a regular file (never a link's target, never a folder)."""
     try:
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            os.unlink(path)
+        if stat.S_ISREG(os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+            os.unlink(path, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
 
-def append_line(path: StrPath, line: str, mode: int = PRIVATE) -> None:
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def append_line(path: StrPath, line: str, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
     """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
     # O_NONBLOCK: a fifo planted in the file's place must not block the writer.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    fd = os.open(path, _APPEND, mode, dir_fd=dir_fd)
     try:
         if not _is_regular(fd):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
@@ -249,15 +275,15 @@ def append_line(path: StrPath, line: str, mode: int = PRIVATE) -> None:
         os.close(fd)
 
 
-def read_limited(path: StrPath, limit: int) -> bytes:
+def read_limited(path: StrPath, limit: int, dir_fd: int | None = None) -> bytes:
     """Read a regular file without following a symlink; refuse one over `limit` bytes."""
-    return read_regular(path, limit)[0]
+    return read_regular(path, limit, dir_fd)[0]
 
 
-def read_regular(path: StrPath, limit: int) -> tuple[bytes, os.stat_result]:
+def read_regular(path: StrPath, limit: int, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
     """The safe reader: a regular file's content and status, never through a link, never
     blocking on a fifo or reading a device, never more than `limit` bytes (OSError else)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):

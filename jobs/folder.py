@@ -23,6 +23,7 @@ from typing import Any
 
 from jobs import access, config, document, files
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
+from jobs.handles import OPEN_DIR, Dir, Entry
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
 log = logging.getLogger(__name__)
@@ -37,53 +38,85 @@ ERROR_FILE = "error.json"
 RESULT_FILE = "result.json"
 OUTCOME_FILE = "outcome.json"
 CANCEL_FILE = "cancel"
+DRAIN_FILE = "drain"  # in the queue folder: a request that every manager drain (`forkvisor drain`)
 QUARANTINE = "quarantine"
 TMP = "tmp"
 FOLDERS = (TMP, QUARANTINE, *(state.value for state in State))
 
 
 class QueueFolder:
-    """The folder of one queue, opened (and created if asked) and checked."""
+    """The folder of one queue, opened (and created if asked) and checked.
+
+    The folder is opened once (`root`) and so is each of its state folders (`at`), on
+    first use; everything below them is reached through these handles (`jobs.handles`),
+    and `replaced` tells when one of them no longer stands at its name."""
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool, durable: bool, shared: bool) -> None:
         self.path = Path(path).absolute()
         self.durable = durable
+        self._dirs: dict[str, Dir] = {}
         try:
+            self.root = self._open_root(create, shared)
             marker = self._open_or_create(create, shared)
         except PermissionError as exc:
-            raise QueueError(f"cannot open queue {self.path}: {exc.strerror} ({exc.filename or exc})") from None
+            where = "" if exc.filename in (None, os.fspath(self.path)) else f" ({exc.filename})"
+            raise QueueError(f"cannot open queue {self.path}: {exc.strerror}{where}") from None
         self.shared = marker.get("shared", False) is True
         self.layout = access.layout(self.shared)
         self.stored_settings = self._settings(marker)  # what queue.json sets
         self.settings = config.effective(self.stored_settings)  # and the built-in values for the rest
         self.dir_mode = self.layout.folder
         self.file_mode = self.layout.file
+        self._open_folders()
+
+    def _open_folders(self) -> None:
+        """Open every state folder now, so that `replaced` compares each with what it was at the
+        start, and one swapped later is never opened through its name. (One that cannot be
+        opened yet, missing or not this user's to read, is opened when first used.)"""
+        for name in FOLDERS:
+            try:
+                self.at(name)
+            except (QueueError, PermissionError):
+                continue
 
     # -- opening -----------------------------------------------------------
 
-    def _open_or_create(self, create: bool, shared: bool) -> dict[str, Any]:
-        if not self.path.exists():
+    def _open_root(self, create: bool, shared: bool) -> Dir:
+        try:
+            return Dir.open(self.path, follow=True)
+        except FileNotFoundError:
             if not create:
-                raise QueueError(f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)")
-            try:
-                _make_parents(self.path.parent)
-                self._mkdir(self.path, access.layout(shared).root)
-            except OSError as exc:
-                raise storage_error(exc, "create queue", self.path) from None
-        elif not self.path.is_dir():
-            raise QueueError(f"cannot open queue {self.path}: it is not a folder")
-        marker_path = self.path / MARKER
-        if not marker_path.exists():
+                raise QueueError(
+                    f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)"
+                ) from None
+        except NotADirectoryError:
+            if os.path.lexists(self.path) or not create:
+                raise QueueError(f"cannot open queue {self.path}: it is not a folder") from None
+        try:
+            _make_parents(self.path.parent)
+            os.mkdir(self.path, access.layout(shared).root)
+        except FileExistsError:
+            pass  # made meanwhile by another creator
+        except OSError as exc:
+            raise storage_error(exc, "create queue", self.path) from None
+        root = Dir.open(self.path, follow=True)
+        if os.fstat(root.fd).st_uid == os.geteuid():
+            os.fchmod(root.fd, access.layout(shared).root)  # the umask must not narrow a shared queue
+        return root
+
+    def _open_or_create(self, create: bool, shared: bool) -> dict[str, Any]:
+        if not self.root.exists(MARKER):
             if not create:
                 raise QueueError(f"cannot open queue {self.path}: no {MARKER}, so it is not a queue")
             self._initialise(shared)
-        marker = self._read_marker(marker_path)
+        marker = self._read_marker()
         if self.owned():  # only the owner makes folders; a member or a reader does without
             self._ensure_state_folders(access.layout(marker.get("shared", False) is True))
         return marker
 
     def _initialise(self, shared: bool) -> None:
-        stray = sorted(name for name in os.listdir(self.path) if name != MARKER and not _is_marker_staging(name))
+        root = self.root
+        stray = sorted(name for name in root.names() if name != MARKER and not _is_marker_staging(name))
         if stray:
             raise QueueError(
                 f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
@@ -91,24 +124,24 @@ class QueueFolder:
             )
         document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": {}}
         data = json.dumps(document, indent=1).encode() + b"\n"
-        tmp = self.path / f".{MARKER}.{os.getpid()}.tmp"
-        tmp.unlink(missing_ok=True)  # left by an earlier attempt of this pid
+        tmp = f".{MARKER}.{os.getpid()}.tmp"
+        files.unlink_if_there(tmp, root.fd)  # left by an earlier attempt of this pid
         try:
-            files.write_new(tmp, data, durable=True, mode=access.layout(shared).marker)
+            files.write_new(tmp, data, durable=True, mode=access.layout(shared).marker, dir_fd=root.fd)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)  # a failed init (disk full) must not block the next one
+            files.unlink_if_there(tmp, root.fd)  # a failed init (disk full) must not block the next one
             raise storage_error(exc, "create queue", self.path) from None
         try:
-            os.link(tmp, self.path / MARKER)  # link, not rename: a racing creator's marker wins
+            os.link(tmp, MARKER, src_dir_fd=root.fd, dst_dir_fd=root.fd)  # link: a racing creator's marker wins
         except FileExistsError:
             pass
         finally:
-            tmp.unlink()
-        files.fsync_dir(self.path)
+            os.unlink(tmp, dir_fd=root.fd)
+        root.fsync()
 
-    def _read_marker(self, marker_path: Path) -> dict[str, Any]:
+    def _read_marker(self) -> dict[str, Any]:
         try:
-            marker = document.read(marker_path, 1 << 20, MARKER)
+            marker = document.read(MARKER, 1 << 20, MARKER, self.root.fd)
         except (OSError, InvalidJob) as exc:
             raise QueueError(f"cannot open queue {self.path}: {MARKER} is unreadable ({exc})") from None
         if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
@@ -125,45 +158,40 @@ class QueueFolder:
 
     def _ensure_state_folders(self, shape: access.Layout) -> None:
         for name in FOLDERS:
-            folder = self.path / name
-            if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            try:
+                mode = self.root.lstat(name).st_mode
+            except FileNotFoundError:
+                try:
+                    self.make_dir(self.root / name, shape.of_folder(name))
+                except FileExistsError:
+                    pass  # made meanwhile by another opener
+                except OSError as exc:
+                    raise storage_error(exc, f"create {name}/ in queue", self.path) from None
+                continue
+            if not stat.S_ISDIR(mode):
                 raise QueueError(
                     f"cannot open queue {self.path}: {name}/ is not a plain folder (a link or a file); "
                     "a queue's folders must be its own, so move it away and let forkvisor create it"
                 )
-            if not folder.is_dir():
-                try:
-                    self._mkdir(folder, shape.of_folder(name))
-                except OSError as exc:
-                    raise storage_error(exc, f"create {name}/ in queue", self.path) from None
 
     def owned(self) -> bool:
         """Whether this process is the queue's owner (the owner of its folder)."""
-        try:
-            return os.stat(self.path).st_uid == os.geteuid()
-        except OSError:
-            return False
+        return os.fstat(self.root.fd).st_uid == os.geteuid()
 
     def problems(self) -> list[str]:
         """Why a manager running as this process must not serve the queue (empty if it may)."""
-        return access.problems(self.path, MARKER, list(FOLDERS), os.geteuid())
+        return access.problems(self.root, MARKER, list(FOLDERS), os.geteuid())
 
     def set_group(self, gid: int) -> None:
         """Give the queue folder, its marker and its state folders the group `gid` (a shared
         queue's members); what is made inside them later inherits it (setgid)."""
-        for path in [self.path, self.path / MARKER, *(self.path / name for name in FOLDERS)]:
-            os.chown(path, -1, gid, follow_symlinks=False)
+        os.chown(self.root.fd, -1, gid)
+        for name in (MARKER, *FOLDERS):
+            os.chown(name, -1, gid, dir_fd=self.root.fd, follow_symlinks=False)
 
     def tighten(self) -> list[str]:
         """Give the queue folder, its marker and its state folders the modes of its layout."""
-        return access.tighten(self.path, MARKER, list(FOLDERS), self.layout)
-
-    def _mkdir(self, path: Path, mode: int) -> None:
-        try:
-            os.mkdir(path, mode)
-        except FileExistsError:
-            return
-        os.chmod(path, mode)  # the umask must not narrow a shared queue
+        return access.tighten(self.root, MARKER, list(FOLDERS), self.layout)
 
     def _settings(self, marker: dict[str, Any]) -> dict[str, Any]:
         stored = marker.get("defaults", {})
@@ -180,167 +208,227 @@ class QueueFolder:
         """Check and store new settings in `queue.json` (see `jobs.config`); a value of
         None unsets one (it takes the built-in value again)."""
         checked = {key: _checked_or_unset(key, value) for key, value in changes.items()}
-        marker = self._read_marker(self.path / MARKER)
+        marker = self._read_marker()
         current = marker.get("defaults", {})
         marker["defaults"] = {key: value for key, value in {**current, **checked}.items() if value is not None}
         data = json.dumps(marker, indent=1).encode() + b"\n"
-        files.replace_file(self.path / MARKER, data, durable=True, mode=self.file_mode)
+        files.replace_file(MARKER, data, durable=True, mode=self.layout.marker, dir_fd=self.root.fd)
         self.stored_settings = self._settings(marker)
         self.settings = config.effective(self.stored_settings)
 
     def reload_settings(self) -> bool:
         """Read `queue.json` again (an operator may have changed a setting); whether it changed."""
-        stored = self._settings(self._read_marker(self.path / MARKER))
+        stored = self._settings(self._read_marker())
         changed = stored != self.stored_settings
         self.stored_settings, self.settings = stored, config.effective(stored)
         return changed
 
-    # -- paths ---------------------------------------------------------------
+    # -- handles and paths ------------------------------------------------------
+
+    def at(self, name: State | str) -> Dir:
+        """The handle of a state folder (or `tmp`, `quarantine`), opened on first use."""
+        key = name.value if isinstance(name, State) else name
+        found = self._dirs.get(key)
+        if found is None:
+            try:
+                found = self._dirs[key] = self.root.sub(key)
+            except FileNotFoundError:
+                raise QueueError(
+                    f"queue {self.path} has no {key}/ folder (its owner's `forkvisor init` makes it)"
+                ) from None
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise QueueError(f"queue {self.path}: {key}/ is not a plain folder (a link or a file)") from None
+        return found
+
+    def replaced(self) -> str | None:
+        """Why this process must stop using the queue: its folder, or a state folder it has
+        open, no longer stands at its name (moved, or replaced by another folder or a link).
+        None while every handle still names what it opened."""
+        why = self.root.replaced(os.fspath(self.path), follow=True)
+        if why:
+            return f"the queue folder {self.path} changed under this process: {why}"
+        for name, handle in list(self._dirs.items()):
+            why = handle.replaced(name, self.root)
+            if why and not (name == QUARANTINE and not self.root.exists(name)):  # made again when needed
+                return f"{name}/ of queue {self.path} was replaced while this process used it: {why}"
+        return None
+
+    def close(self) -> None:
+        """Close every handle (the queue cannot be used afterwards)."""
+        for handle in self._dirs.values():
+            handle.close()
+        self._dirs.clear()
+        self.root.close()
 
     def state_dir(self, state: State) -> Path:
+        """A state folder's path: for messages and display (operations go through `at`)."""
         return self.path / state.value
 
     @property
-    def tmp(self) -> Path:
-        return self.path / TMP
-
-    @property
-    def quarantine_dir(self) -> Path:
-        return self.path / QUARANTINE
+    def tmp(self) -> Dir:
+        return self.at(TMP)
 
     # -- moving ------------------------------------------------------------
 
-    def move(self, src: files.StrPath, dst: files.StrPath) -> None:
+    def move(self, src: Entry, dst: Entry) -> None:
         """Move a job directory between state folders: one rename, then fsync both."""
-        files.move(src, dst)
+        files.move(src.name, dst.name, src_dir_fd=src.dir.fd, dst_dir_fd=dst.dir.fd)
         if self.durable:
-            src_parent, dst_parent = os.path.dirname(os.fspath(src)), os.path.dirname(os.fspath(dst))
-            files.fsync_dir(dst_parent or ".")
-            if src_parent != dst_parent:
-                files.fsync_dir(src_parent or ".")
+            _fsync_parent(dst)
+            if (src.dir.fd, os.path.dirname(src.name)) != (dst.dir.fd, os.path.dirname(dst.name)):
+                _fsync_parent(src)
 
-    def make_dir(self, path: files.StrPath) -> None:
-        os.mkdir(path, self.dir_mode & 0o777)
-        if self.shared:
-            os.chmod(path, self.dir_mode)  # the umask must not narrow a shared queue
+    def make_dir(self, entry: Entry, mode: int | None = None) -> None:
+        """Create the folder `entry` with the queue's mode (or `mode`), whatever the umask."""
+        mode = self.dir_mode if mode is None else mode
+        os.mkdir(entry.name, mode & 0o777, dir_fd=entry.dir.fd)
+        if mode & 0o7077:  # group or special bits, which the umask may take away
+            fd = os.open(entry.name, OPEN_DIR, dir_fd=entry.dir.fd)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
 
-    def write_new(self, path: files.StrPath, data: bytes) -> None:
-        files.write_new(path, data, durable=self.durable, mode=self.file_mode)
+    def write_new(self, entry: Entry, data: bytes) -> None:
+        files.write_new(entry.name, data, durable=self.durable, mode=self.file_mode, dir_fd=entry.dir.fd)
 
-    def replace_file(self, path: files.StrPath, data: bytes) -> None:
-        files.replace_file(path, data, durable=self.durable, mode=self.file_mode)
+    def replace_file(self, entry: Entry, data: bytes) -> None:
+        files.replace_file(entry.name, data, durable=self.durable, mode=self.file_mode, dir_fd=entry.dir.fd)
 
-    def append_line(self, path: files.StrPath, line: str) -> None:
-        files.append_line(path, line, mode=self.file_mode)
+    def append_line(self, entry: Entry, line: str) -> None:
+        files.append_line(entry.name, line, mode=self.file_mode, dir_fd=entry.dir.fd)
 
-    def mark(self, path: files.StrPath, line: str) -> None:
+    def mark(self, entry: Entry, line: str) -> None:
         """A marker file whose existence is what counts (`cancel`): with its line, or empty on a
         full disk (an empty file needs no data block)."""
         try:
-            self.append_line(path, line)
+            self.append_line(entry, line)
         except OSError as exc:
             if exc.errno not in FULL:
                 raise
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, self.file_mode))
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            os.close(os.open(entry.name, flags, self.file_mode, dir_fd=entry.dir.fd))
 
     # -- inside a job directory -------------------------------------------------
 
-    def read_spec(self, job_dir: files.StrPath, job_id: str) -> JobSpec:
+    def read_spec(self, job: Dir, job_id: str) -> JobSpec:
         """Read and check `job.json`; raise InvalidJob saying what is wrong."""
         try:
-            data = files.read_limited(f"{job_dir}/{SPEC_FILE}", MAX_SPEC_BYTES)
+            data = files.read_limited(SPEC_FILE, MAX_SPEC_BYTES, job.fd)
         except FileNotFoundError:
             raise InvalidJob(f"job {job_id} has no {SPEC_FILE}; write it before publishing (docs/FORMAT.md)") from None
         except OSError as exc:
             raise InvalidJob(f"job {job_id}: cannot read {SPEC_FILE}: {exc.strerror or exc}") from None
         return JobSpec.from_json(data, job_id)
 
-    def read_counter(self, job_dir: files.StrPath) -> int:
+    def read_counter(self, job: Dir) -> int:
         """Attempts used so far (the `attempts` file; missing means 0).
 
         Raises InvalidJob when the file is unreadable or not a number: reading it
         as 0 would hand a crash-looping job a fresh set of attempts.
         """
         try:
-            text = files.read_limited(f"{job_dir}/{COUNTER_FILE}", 64).decode("ascii", "replace").strip()
+            text = files.read_limited(COUNTER_FILE, 64, job.fd).decode("ascii", "replace").strip()
         except FileNotFoundError:
             return 0
         except OSError as exc:
-            raise InvalidJob(f"cannot read the attempts counter of {_name(job_dir)}: {exc.strerror or exc}") from None
+            raise InvalidJob(f"cannot read the attempts counter of {_name(job.path)}: {exc.strerror or exc}") from None
         if not text.isdigit():
-            raise InvalidJob(f"the attempts counter of {_name(job_dir)} holds {text[:20]!r}, not a number")
+            raise InvalidJob(f"the attempts counter of {_name(job.path)} holds {text[:20]!r}, not a number")
         return int(text)
 
-    def write_counter(self, job_dir: files.StrPath, value: int) -> None:
-        self.replace_file(f"{job_dir}/{COUNTER_FILE}", f"{value}\n".encode())
+    def write_counter(self, job: Dir, value: int) -> None:
+        self.replace_file(job / COUNTER_FILE, f"{value}\n".encode())
 
-    def log_event(self, job_dir: files.StrPath, event: str, now: float) -> None:
+    def log_event(self, job: Dir, event: str, now: float) -> None:
         """Append one line to the job's `events` log; the log is informative, so a
         failure to write it is logged, never raised."""
         stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         try:
-            self.append_line(f"{job_dir}/{EVENTS_FILE}", f"{stamp} {event}")
-        except FileNotFoundError:
-            log.debug("job %s moved before its event %r was logged", _name(job_dir), event)
+            self.append_line(job / EVENTS_FILE, f"{stamp} {event}")
         except OSError as exc:
-            log.warning("cannot append to the events log of %s: %s", job_dir, exc)
+            log.warning("cannot append to the events log of %s: %s", job.path, exc)
 
-    def write_json(self, path: files.StrPath, document: dict[str, Any]) -> None:
-        self.replace_file(path, indented_json(document))
+    def write_json(self, entry: Entry, document: dict[str, Any]) -> None:
+        self.replace_file(entry, indented_json(document))
 
     def bury(
-        self, job_dir: Path, job_id: str, cause: dict[str, Any], now: float, *, even_if_full: bool = False
-    ) -> Path:
-        """Move a job to `dead/` with its cause in `error.json`; `even_if_full`: on a full disk,
-        without it (an operator's cancel must work then; its command says what it did).
+        self, entry: Entry, job_id: str, cause: dict[str, Any], now: float, *, even_if_full: bool = False
+    ) -> Entry:
+        """Move the job at `entry` to `dead/` with its cause in `error.json`; `even_if_full`: on
+        a full disk, without it (an operator's cancel must work then; its command says what it did).
 
-        Raises FileNotFoundError when `job_dir` is gone (someone else moved it).
+        Raises FileNotFoundError when the job is gone (someone else moved it).
         """
-        self.clear_the_way(job_dir, ERROR_FILE, now)
-        try:
-            self.write_json(job_dir / ERROR_FILE, cause)
-        except OSError as exc:
-            if not (even_if_full and exc.errno in FULL):
-                raise
-            log.warning("job %s goes to dead/ without its error.json: %s", job_id, exc.strerror)
-        self.clear_the_way(job_dir, RESULT_FILE, now)
-        (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale owner's result never stands for this job
-        target = self.state_dir(State.DEAD) / job_id
-        # Logged before the move, so a kill right after it cannot leave the story without its end.
-        self.log_event(job_dir, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
-        self.move(job_dir, target)
+        with entry.open() as job:
+            self.clear_the_way(job, ERROR_FILE, now)
+            try:
+                self.write_json(job / ERROR_FILE, cause)
+            except OSError as exc:
+                if not (even_if_full and exc.errno in FULL):
+                    raise
+                log.warning("job %s goes to dead/ without its error.json: %s", job_id, exc.strerror)
+            self.clear_the_way(job, RESULT_FILE, now)
+            files.unlink_if_there(RESULT_FILE, job.fd)  # a stale owner's result never stands for this job
+            # Logged before the move, so a kill right after it cannot leave the story without its end.
+            self.log_event(job, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
+        target = self.at(State.DEAD) / job_id
+        self.move(entry, target)
         log.info("job %s is dead: %s", job_id, cause.get("message") or cause.get("reason"))
         return target
 
     # -- quarantine -----------------------------------------------------------
 
-    def clear_the_way(self, job_dir: Path, name: str, now: float) -> None:
-        """Quarantine a folder standing where the file `job_dir/name` belongs: renaming a new
+    def clear_the_way(self, job: Dir, name: str, now: float) -> None:
+        """Quarantine a folder standing where the file `job/name` belongs: renaming a new
         file over it would fail for ever. (A link or fifo there is simply replaced.)"""
-        try:
-            mode = os.lstat(job_dir / name).st_mode
-        except FileNotFoundError:
-            return
-        if stat.S_ISDIR(mode):
-            self.quarantine(job_dir, name, f"{name} of job {job_dir.name} was a folder, not a file", now)
+        if job.is_dir(name):
+            self.quarantine(job / name, f"{name} of job {_name(job.path)} was a folder, not a file", now)
 
-    def quarantine(self, folder: Path, name: str, why: str, now: float) -> Path | None:
-        """Move entry `name` of `folder` aside with a note; None if it was gone already."""
+    def quarantine(self, entry: Entry, why: str, now: float) -> Entry | None:
+        """Move `entry` aside with a note; None if it was gone already."""
         stamp = datetime.fromtimestamp(now, UTC).strftime("%Y%m%d-%H%M%S")
-        target = self.quarantine_dir / f"{folder.name}.{stamp}.{os.urandom(4).hex()}"
+        where, name = _name(os.path.dirname(entry.path)), _name(entry.name)
+        target = self._quarantine() / f"{where}.{stamp}.{os.urandom(4).hex()}"
         try:
-            files.move(folder / name, target)
+            files.move(entry.name, target.name, src_dir_fd=entry.dir.fd, dst_dir_fd=target.dir.fd)
         except FileNotFoundError:
-            if not os.path.lexists(folder / name):
+            if not entry.exists():
                 return None  # someone else moved it first
-            self._mkdir(self.quarantine_dir, self.dir_mode)  # an operator removed quarantine/
-            files.move(folder / name, target)
+            target = self._quarantine(remake=True) / target.name  # an operator removed quarantine/
+            files.move(entry.name, target.name, src_dir_fd=entry.dir.fd, dst_dir_fd=target.dir.fd)
         files.checkpoint("quarantine:moved")
-        note = f"from: {folder.name}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
-        note_path = target.with_name(target.name + ".why")  # informative: not worth an fsync per entry
-        files.write_new(note_path, note.encode("utf-8", "backslashreplace"), durable=False, mode=self.file_mode)
-        log.warning("quarantined %s/%r as %s: %s", folder.name, name, target.name, why)
+        note = f"from: {where}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
+        note_file = f"{target.name}.why"  # informative: not worth an fsync per entry
+        data = note.encode("utf-8", "backslashreplace")
+        files.write_new(note_file, data, durable=False, mode=self.file_mode, dir_fd=target.dir.fd)
+        log.warning("quarantined %s/%r as %s: %s", where, name, target.name, why)
         return target
+
+    def _quarantine(self, remake: bool = False) -> Dir:
+        """The handle of `quarantine/`, made again if an operator removed it (the one
+        state folder whose removal is no reason to stop: it holds nothing in flight)."""
+        if not remake and QUARANTINE in self._dirs:
+            return self._dirs[QUARANTINE]
+        gone = self._dirs.pop(QUARANTINE, None)
+        if gone is not None:
+            gone.close()
+        try:
+            self.make_dir(self.root / QUARANTINE)
+        except FileExistsError:
+            pass
+        return self.at(QUARANTINE)
+
+
+def _fsync_parent(entry: Entry) -> None:
+    """Make durable the folder holding `entry` (its handle's folder, or a folder below it)."""
+    head = os.path.dirname(entry.name)
+    if head:
+        files.fsync_dir(head, entry.dir.fd)
+    else:
+        entry.dir.fsync()
 
 
 def _make_parents(folder: Path) -> None:
@@ -376,10 +464,10 @@ def _is_marker_staging(name: str) -> bool:
     return name.startswith(f".{MARKER}.") and name.endswith(".tmp")
 
 
-def entry_problem(folder: files.StrPath, name: str) -> str | None:
+def entry_problem(place: Entry) -> str | None:
     """Why the entry is not a job directory (None when it is one)."""
     try:
-        mode = os.lstat(f"{folder}/{name}").st_mode
+        mode = place.lstat().st_mode
     except FileNotFoundError:
         return None
     if stat.S_ISLNK(mode):
@@ -389,15 +477,15 @@ def entry_problem(folder: files.StrPath, name: str) -> str | None:
     return None
 
 
-def filesystem_now(path: Path, mode: int = files.PRIVATE) -> float:
-    """The file system's clock: touch a file in `path` and read back its mtime."""
-    clock = path / ".clock"
+def filesystem_now(folder: Dir, mode: int = files.PRIVATE) -> float:
+    """The file system's clock: touch a file in `folder` and read back its mtime."""
+    clock = ".clock"
     try:
         try:
-            os.utime(clock, follow_symlinks=False)  # a planted link must not touch a file elsewhere
+            os.utime(clock, dir_fd=folder.fd, follow_symlinks=False)  # a planted link must not touch a file elsewhere
         except FileNotFoundError:
-            files.append_line(clock, "", mode)
-        return os.lstat(clock).st_mtime
+            files.append_line(clock, "", mode, folder.fd)
+        return folder.lstat(clock).st_mtime
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise

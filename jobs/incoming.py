@@ -28,13 +28,13 @@ import os
 import pwd
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jobs import document, files
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
 from jobs.folder import SPEC_FILE, QueueFolder
+from jobs.handles import Entry
 from jobs.job import (
     LATEST_DUE,
     MAX_SPEC_BYTES,
@@ -60,30 +60,30 @@ STALE_TAKING = 60.0  # a take-in left this long was interrupted
 
 def submit(folder: QueueFolder, job_id: str, data: bytes, *, durable: bool) -> None:
     """Publish one job's `job.json` as a file in `incoming/` for a manager to take in."""
-    incoming = folder.path / State.INCOMING.value
-    staging = incoming / f".{job_id}.json.{os.getpid()}.tmp"
-    files.unlink_if_there(staging)
+    incoming = folder.at(State.INCOMING)
+    staging = f".{job_id}.json.{os.getpid()}.tmp"
+    files.unlink_if_there(staging, incoming.fd)
     try:
         # Readable by the queue's group: the owner's managers must read it (the umask may narrow it).
-        files.write_new(staging, data, durable=durable, mode=0o640)
-        files.move(staging, incoming / f"{job_id}.json")
+        files.write_new(staging, data, durable=durable, mode=0o640, dir_fd=incoming.fd)
+        files.move(staging, f"{job_id}.json", src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
     except BaseException:
-        files.unlink_if_there(staging)
+        files.unlink_if_there(staging, incoming.fd)
         raise
     if durable:
-        files.fsync_dir(incoming)
+        incoming.fsync()
 
 
 def request(folder: QueueFolder, job_id: str, action: str, why: str) -> None:
     """Ask the queue's managers to `cancel` or `retry` job ID (see the module docstring)."""
-    incoming = folder.path / State.INCOMING.value
-    staging = incoming / f".{job_id}.{action}.{os.getpid()}.tmp"
-    files.unlink_if_there(staging)
-    files.write_new(staging, f"{why}\n".encode(), durable=False, mode=0o640)
+    incoming = folder.at(State.INCOMING)
+    staging = f".{job_id}.{action}.{os.getpid()}.tmp"
+    files.unlink_if_there(staging, incoming.fd)
+    files.write_new(staging, f"{why}\n".encode(), durable=False, mode=0o640, dir_fd=incoming.fd)
     try:
-        files.move(staging, incoming / f"{job_id}.{action}")
+        files.move(staging, f"{job_id}.{action}", src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
     except MoveCollision:
-        files.unlink_if_there(staging)  # asked already
+        files.unlink_if_there(staging, incoming.fd)  # asked already
 
 
 # -- the managers' side ------------------------------------------------------------------------
@@ -95,7 +95,7 @@ class Actions:
 
     cancel: Callable[[str], Any]  # an operator's cancel of job ID
     retry: Callable[[str], Any]  # an operator's retry of job ID
-    locate: Callable[[str], tuple[State, Path]]  # where job ID is; JobNotFound if it is nowhere
+    locate: Callable[[str], tuple[State, Entry]]  # where job ID is; JobNotFound if it is nowhere
     on_ready: Callable[[str], None]  # a name put in ready/
 
 
@@ -105,11 +105,7 @@ def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64,
     files. Return how many entries were handled. One entry never stops the others: what is
     not a submission is quarantined. (Members' staging files never slow a manager's turn:
     they are set aside by name, not looked at.)"""
-    incoming = folder.path / State.INCOMING.value
-    try:
-        names = os.listdir(incoming)
-    except FileNotFoundError:
-        return 0
+    names = folder.at(State.INCOMING).names()
     picked = heapq.nsmallest(budget, (name for name in names if not name.startswith(".")))
     if leftovers:
         picked += [name for name in names if name.startswith(".")][:budget]
@@ -124,7 +120,7 @@ def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64,
 
 
 def _take_entry(folder: QueueFolder, name: str, now: float, actions: Actions) -> bool:
-    incoming = folder.path / State.INCOMING.value
+    incoming = folder.at(State.INCOMING)
     if name.startswith(TAKING):
         return _finish_interrupted(folder, name, now, actions)
     if name.startswith("."):
@@ -132,8 +128,8 @@ def _take_entry(folder: QueueFolder, name: str, now: float, actions: Actions) ->
     if (job := _JOB_RE.match(name)) is not None:
         taking = f"{TAKING}{name}"
         try:
-            submitted = os.lstat(incoming / name).st_ctime  # its publication, before our rename renews it
-            files.move(incoming / name, incoming / taking)
+            submitted = incoming.lstat(name).st_ctime  # its publication, before our rename renews it
+            files.move(name, taking, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
         except (FileNotFoundError, MoveCollision):
             return False  # another manager took it
         _take_job(folder, job[1], taking, submitted, now, actions)
@@ -141,52 +137,53 @@ def _take_entry(folder: QueueFolder, name: str, now: float, actions: Actions) ->
     if (asked := _REQUEST_RE.match(name)) is not None:
         _take_request(folder, name, asked[1], asked[2], now, actions)
         return True
-    folder.quarantine(incoming, name, "not a submission: incoming/ holds ID.json, ID.cancel and ID.retry", now)
+    folder.quarantine(incoming / name, "not a submission: incoming/ holds ID.json, ID.cancel and ID.retry", now)
     return True
 
 
 def _take_job(folder: QueueFolder, job_id: str, taking: str, submitted: float, now: float, actions: Actions) -> None:
-    incoming = folder.path / State.INCOMING.value
+    incoming = folder.at(State.INCOMING)
     try:
-        data, status = files.read_regular(incoming / taking, MAX_SPEC_BYTES)
+        data, status = files.read_regular(taking, MAX_SPEC_BYTES, incoming.fd)
     except OSError as exc:
-        folder.quarantine(incoming, taking, f"submission {job_id} cannot be read: {exc.strerror or exc}", now)
+        folder.quarantine(incoming / taking, f"submission {job_id} cannot be read: {exc.strerror or exc}", now)
         return
     problem = _id_problem(folder, job_id, submitted)
     if problem:
-        folder.quarantine(incoming, taking, problem, now)
+        folder.quarantine(incoming / taking, problem, now)
         return
     checked = _checked(data, job_id, status.st_uid)
     staging = folder.tmp / job_id
-    files.remove_quietly(staging)  # ours, left by an interrupted take-in
+    files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # ours, left by an interrupted take-in
     folder.make_dir(staging)
     created = checked.spec.created if checked.spec is not None and checked.spec.created else created_at(job_id)
-    folder.log_event(staging, "enqueued", created)
-    folder.log_event(staging, f"taken in from incoming/, submitted by {_user(status.st_uid)}", now)
-    folder.write_new(staging / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
+    with staging.open() as job:
+        folder.log_event(job, "enqueued", created)
+        folder.log_event(job, f"taken in from incoming/, submitted by {_user(status.st_uid)}", now)
+        folder.write_new(job / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
     try:
         if checked.cause is not None:
             folder.bury(staging, job_id, checked.cause, now)  # straight to dead/, saying what to fix
         else:
             _publish(folder, staging, job_id, checked, actions)
     except MoveCollision:  # a job of this id is there already: this one must not stand beside it
-        files.remove_quietly(staging)
-        folder.quarantine(incoming, taking, f"job {job_id} exists already", now)
+        files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+        folder.quarantine(incoming / taking, f"job {job_id} exists already", now)
         return
-    files.unlink_if_there(incoming / taking)
+    files.unlink_if_there(taking, incoming.fd)
 
 
-def _publish(folder: QueueFolder, staging: Path, job_id: str, checked: _Checked, actions: Actions) -> None:
+def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked, actions: Actions) -> None:
     spec, fields = checked.spec, checked.fields
     if spec is None or fields is None:
         raise InternalError(f"job {job_id} was taken in without a spec: a bug in forkvisor")
     due = fields.get("run_at")
     if isinstance(due, int | float) and not isinstance(due, bool) and due > 0:
-        target = folder.state_dir(State.SCHEDULED) / scheduled_name(job_id, spec.priority, min(due, LATEST_DUE))
+        target = folder.at(State.SCHEDULED) / scheduled_name(job_id, spec.priority, min(due, LATEST_DUE))
+        folder.move(staging, target)
     else:
-        target = folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
-    folder.move(staging, target)
-    if target.parent.name == State.READY.value:
+        target = folder.at(State.READY) / ready_name(job_id, spec.priority)
+        folder.move(staging, target)
         actions.on_ready(target.name)
 
 
@@ -205,8 +202,9 @@ def _checked(data: bytes, job_id: str, uid: int) -> _Checked:
         fields = dict(document.parse(data, SPEC_FILE))
     except InvalidJob as exc:
         return _Checked(cause={"reason": "invalid", "message": str(exc)})
-    fields.update(id=job_id, submitted_by={"uid": uid, "user": _user(uid)})  # from the file's owner, never its text
-    return _Checked(spec, fields)
+    # Who submitted it comes from the file's owner, never from its text.
+    fields.update(id=job_id, submitted_by={"uid": uid, "user": _user(uid)})
+    return _Checked(replace(spec, submitted_by=uid), fields)
 
 
 def _id_problem(folder: QueueFolder, job_id: str, published: float) -> str | None:
@@ -215,19 +213,19 @@ def _id_problem(folder: QueueFolder, job_id: str, published: float) -> str | Non
     if abs(created_at(job_id) - published) > FRESH_FOR:
         return f"its id {job_id} was not made when it was submitted (make a fresh one: docs/FORMAT.md)"
     for state in (State.DONE, State.DEAD):
-        if os.path.lexists(folder.state_dir(state) / job_id):
+        if folder.at(state).exists(job_id):
             return f"job {job_id} exists already (in {state.value}/)"
     return None
 
 
 def _take_request(folder: QueueFolder, name: str, job_id: str, action: str, now: float, actions: Actions) -> None:
-    incoming = folder.path / State.INCOMING.value
+    incoming = folder.at(State.INCOMING)
     taking = f"{TAKING}{name}"
     try:
-        files.move(incoming / name, incoming / taking)
+        files.move(name, taking, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
     except (FileNotFoundError, MoveCollision):
         return  # another manager took it
-    requester = os.lstat(incoming / taking).st_uid
+    requester = incoming.lstat(taking).st_uid
     refusal = _refusal(folder, job_id, requester, actions)
     if refusal is None:
         try:
@@ -236,22 +234,23 @@ def _take_request(folder: QueueFolder, name: str, job_id: str, action: str, now:
         except (JobNotFound, WrongState) as exc:
             refusal = str(exc)
     if refusal is not None:
-        folder.quarantine(incoming, taking, f"{action} of job {job_id} by {_user(requester)} refused: {refusal}", now)
+        why = f"{action} of job {job_id} by {_user(requester)} refused: {refusal}"
+        folder.quarantine(incoming / taking, why, now)
     else:
-        files.unlink_if_there(incoming / taking)
+        files.unlink_if_there(taking, incoming.fd)
 
 
 def _refusal(folder: QueueFolder, job_id: str, requester: int, actions: Actions) -> str | None:
     """Why `requester` may not act on job ID, or None: the job's submitter may, so may the
     queue's owner and root."""
-    if requester in (0, os.stat(folder.path).st_uid):
+    if requester in (0, os.fstat(folder.root.fd).st_uid):
         return None
     try:
-        state, path = actions.locate(job_id)
+        state, place = actions.locate(job_id)
     except JobNotFound as exc:
         return str(exc)
     # Not taken in yet: its submitter owns the file; taken in: the owner recorded who.
-    submitter = os.lstat(path).st_uid if state is State.INCOMING else submitted_by(path)
+    submitter = place.lstat().st_uid if state is State.INCOMING else submitted_by(place)
     if submitter is None:
         return "it was not submitted through incoming/, so it is the owner's"
     if submitter != requester:
@@ -259,11 +258,12 @@ def _refusal(folder: QueueFolder, job_id: str, requester: int, actions: Actions)
     return None
 
 
-def submitted_by(job_dir: Path) -> int | None:
-    """The uid a job was submitted by, as recorded when it was taken in; None if it was not
-    (the owner's own job)."""
+def submitted_by(place: Entry) -> int | None:
+    """The uid the job at `place` was submitted by, as recorded when it was taken in; None
+    if it was not (the owner's own job)."""
     try:
-        fields = document.read(job_dir / SPEC_FILE, MAX_SPEC_BYTES, SPEC_FILE)
+        with place.open() as job:
+            fields = document.read(SPEC_FILE, MAX_SPEC_BYTES, SPEC_FILE, job.fd)
     except (JobsError, OSError):
         return None
     by = fields.get("submitted_by") if isinstance(fields, dict) else None
@@ -273,9 +273,9 @@ def submitted_by(job_dir: Path) -> int | None:
 
 def _finish_interrupted(folder: QueueFolder, name: str, now: float, actions: Actions) -> bool:
     """A take-in that stopped half way (its manager died): finish it once it is stale."""
-    incoming = folder.path / State.INCOMING.value
+    incoming = folder.at(State.INCOMING)
     try:
-        changed = os.lstat(incoming / name).st_ctime
+        changed = incoming.lstat(name).st_ctime
     except FileNotFoundError:
         return False
     if now - changed < STALE_TAKING:
@@ -283,7 +283,7 @@ def _finish_interrupted(folder: QueueFolder, name: str, now: float, actions: Act
     original = name[len(TAKING) :]
     job = _JOB_RE.match(original) or _REQUEST_RE.match(original)
     if job is None:
-        folder.quarantine(incoming, name, "not a submission", now)
+        folder.quarantine(incoming / name, "not a submission", now)
         return True
     try:
         state, _ = actions.locate(job[1])
@@ -292,25 +292,25 @@ def _finish_interrupted(folder: QueueFolder, name: str, now: float, actions: Act
     # Published means in a state folder; the file being finished is itself "incoming".
     published = _JOB_RE.match(original) is not None and state is not State.INCOMING
     if published:
-        files.unlink_if_there(incoming / name)  # taken in already; its manager died before this
+        files.unlink_if_there(name, incoming.fd)  # taken in already; its manager died before this
     else:
         try:
-            files.move(incoming / name, incoming / original)  # take it in again
+            files.move(name, original, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)  # take it in again
         except MoveCollision:
-            folder.quarantine(incoming, name, f"{original} was submitted twice", now)
+            folder.quarantine(incoming / name, f"{original} was submitted twice", now)
     return True
 
 
 def _drop_abandoned(folder: QueueFolder, name: str, now: float) -> bool:
     """A member's staging file whose writer died: remove it once it is old."""
-    incoming = folder.path / State.INCOMING.value
+    incoming = folder.at(State.INCOMING)
     try:
-        status = os.lstat(incoming / name)
+        status = incoming.lstat(name)
     except FileNotFoundError:
         return False
     if now - status.st_mtime < 3600:
         return False
-    files.unlink_if_there(incoming / name)  # the owner of a sticky folder may
+    files.unlink_if_there(name, incoming.fd)  # the owner of a sticky folder may
     return True
 
 
@@ -322,9 +322,9 @@ def entry_id(name: str) -> str | None:
     return found[1] if found else None
 
 
-def read_spec(path: Any, job_id: str) -> JobSpec:
+def read_spec(place: Entry, job_id: str) -> JobSpec:
     """The spec a submission file holds (for readers: `show` of a job not taken in yet)."""
-    return JobSpec.from_json(files.read_limited(path, MAX_SPEC_BYTES), job_id)
+    return JobSpec.from_json(files.read_limited(place.name, MAX_SPEC_BYTES, place.dir.fd), job_id)
 
 
 def _user(uid: int) -> str:

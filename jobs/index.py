@@ -31,8 +31,8 @@ from __future__ import annotations
 import heapq
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 
 STALE_FACTOR = 20
 DEFAULT_LIMIT = 8192  # names kept from a scan, at least
@@ -45,11 +45,14 @@ UNWATCHED_MIN_AGE = 0.05
 WATCHED_MIN_AGE = 1.0
 
 
+Scan = Callable[[], AbstractContextManager[Iterator[os.DirEntry[str]]]]  # lists ready/, as os.scandir does
+
+
 class ReadyIndex:
     """Candidates for the next claim from one `ready/` folder."""
 
-    def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT) -> None:
-        self._folder = folder
+    def __init__(self, scan: Scan, limit: int = DEFAULT_LIMIT) -> None:
+        self._scan = scan  # lists `ready/` (through the queue's handle of it)
         self._limit = limit
         self._keep = limit  # how many the next scan keeps, from what the last one saw
         self._heap: list[str] = []
@@ -122,7 +125,7 @@ class ReadyIndex:
 
         # Streamed, never listed whole: a list of a million names would leave the allocator
         # holding ~100 MB for the kept strings' sake, and fork cost grows with the manager's RSS.
-        with os.scandir(self._folder) as entries:
+        with self._scan() as entries:
             kept = heapq.nsmallest(self._keep, names(entries))
         self._skipped = still_skipped
         seen -= len(still_skipped)

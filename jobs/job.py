@@ -210,6 +210,7 @@ class JobSpec:
     backoff: str | None = None
     created: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    submitted_by: int | None = None  # the uid of a member who submitted it through incoming/ (set at take-in)
 
     def to_json(self) -> bytes:
         document: dict[str, Any] = {
@@ -228,6 +229,8 @@ class JobSpec:
         }
         document.update((key, value) for key, value in given.items() if value is not None)
         document.update(created=self.created, metadata=dict(self.metadata))
+        if self.submitted_by is not None:
+            document["submitted_by"] = {"uid": self.submitted_by}
         return spec_json(document)
 
     @classmethod
@@ -317,7 +320,17 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
     if not fields["function"]:
         raise InvalidJob('job.json field "function" is empty: name the registered function to run')
     fields["args"] = tuple(fields.get("args", ()))
+    if document.get("submitted_by") is not None:
+        fields["submitted_by"] = _submitter_uid(document["submitted_by"])
     return fields
+
+
+def _submitter_uid(recorded: Any) -> int:
+    """The uid in a `"submitted_by": {"uid": N, ...}` that a take-in wrote."""
+    uid = recorded.get("uid") if isinstance(recorded, dict) else None
+    if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+        raise InvalidJob(f'job.json field "submitted_by" must be {{"uid": N, ...}}, got {recorded!r:.60}')
+    return uid
 
 
 def _check_number(name: str, value: object) -> None:

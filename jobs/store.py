@@ -9,13 +9,15 @@ of recording anything.
 from __future__ import annotations
 
 import builtins
+import errno
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from jobs import files, incoming, sweep, view, waiting
 from jobs.command import command_call
@@ -27,11 +29,14 @@ from jobs.errors import (
     JobsError,
     MoveCollision,
     NotFinished,
+    QueueReplaced,
     UnsupportedFormat,
     WrongState,
 )
 from jobs.folder import (
     CANCEL_FILE,
+    DRAIN_FILE,
+    EVENTS_FILE,
     OUTCOME_FILE,
     RESULT_FILE,
     QueueFolder,
@@ -39,6 +44,7 @@ from jobs.folder import (
     filesystem_now,
     indented_json,
 )
+from jobs.handles import Dir, Entry
 from jobs.index import ReadyIndex
 from jobs.job import (
     Job,
@@ -58,13 +64,15 @@ from jobs.submit import Call, Publisher, Submitter
 log = logging.getLogger(__name__)
 
 
+NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # what opening a folder that is gone, a file or a link raises
 EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
 EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A job this owner holds, with the attempt it is about to run and the policy it runs under."""
+    """A job this owner holds, with the attempt it is about to run and the policy it runs under.
+    `place` is where the job is, reached through the queue's handles; `path` shows it."""
 
     job_id: str
     owner: str
@@ -73,10 +81,16 @@ class Claim:
     attempt: int
     attempts: int
     policy: Policy
+    place: Entry = field(compare=False, repr=False)
 
     @property
     def attempt_path(self) -> Path:
         return self.path / f"attempt-{self.attempt}"
+
+    @property
+    def run_place(self) -> Entry:
+        """Where the folder of this claim's run is."""
+        return Entry(self.place.dir, f"{self.place.name}/attempt-{self.attempt}")
 
 
 class Queue:
@@ -86,12 +100,9 @@ class Queue:
         self, path: str | os.PathLike[str], *, create: bool = True, durable: bool = True, shared: bool = False
     ) -> None:
         self.folder = QueueFolder(path, create=create, durable=durable, shared=shared)
-        self._index = ReadyIndex(self.folder.state_dir(State.READY))
-        self._publisher = Publisher(self.folder, self._note_own_ready)
-        # Plain strings for the claim path: a Path per file operation costs more than the operation.
-        self._ready = os.fspath(self.folder.state_dir(State.READY))
-        self._claimed = os.fspath(self.folder.state_dir(State.CLAIMED))
-        self._done = os.fspath(self.folder.state_dir(State.DONE))
+        folder = self.folder  # captured alone, not `self`: no cycle keeps a dropped queue's handles open
+        self._index = ReadyIndex(lambda: folder.at(State.READY).scandir())
+        self._publisher = Publisher(folder, self._index.add)  # its own entries: not a watcher's news
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
         self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why
         self.more_to_examine = False  # the last claim() stopped at its budget of jobs given back
@@ -103,6 +114,24 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue({str(self.path)!r})"
+
+    def close(self) -> None:
+        """Close the queue's folder handles (they are also closed when the object is collected)."""
+        self.folder.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_folders(self) -> None:
+        """Raise QueueReplaced if the queue's folder, or a state folder this object has open,
+        no longer stands at its name (see `jobs.handles`): a manager stops rather than go on
+        with folders nobody else sees."""
+        why = self.folder.replaced()
+        if why is not None:
+            raise QueueReplaced(f"{why}; stopping rather than use a folder the queue no longer holds")
 
     # -- submitting ----------------------------------------------------------
 
@@ -164,19 +193,21 @@ class Queue:
         staging = self.folder.tmp / f".owner.{owner.name}"
         try:
             self.folder.make_dir(staging)
-            self.folder.write_new(staging / OWNER_FILE, owner.to_json())
-            if functions is not None:
-                advertised = indented_json({"functions": functions.advertised()})
-                self.folder.write_new(staging / FUNCTIONS_FILE, advertised)
-            self.folder.move(staging, self.folder.state_dir(State.CLAIMED) / owner.name)
+            with staging.open() as made:
+                self.folder.write_new(made / OWNER_FILE, owner.to_json())
+                if functions is not None:
+                    advertised = indented_json({"functions": functions.advertised()})
+                    self.folder.write_new(made / FUNCTIONS_FILE, advertised)
+            self.folder.move(staging, self.folder.at(State.CLAIMED) / owner.name)
         except BaseException:
-            files.remove_quietly(staging)  # our own fresh folder (disk full, say)
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # our own fresh folder (disk full, say)
             raise
 
     def heartbeat(self, owner: str) -> None:
         """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
         try:
-            os.utime(self.folder.state_dir(State.CLAIMED) / owner / OWNER_FILE, follow_symlinks=False)
+            # By name under claimed/: a sweeper fences an owner by renaming its folder.
+            os.utime(f"{owner}/{OWNER_FILE}", dir_fd=self.folder.at(State.CLAIMED).fd, follow_symlinks=False)
         except FileNotFoundError:
             raise ClaimLost(
                 f"owner {owner} of queue {self.path} was reaped: a sweeper judged its lease expired "
@@ -185,18 +216,19 @@ class Queue:
 
     def retire_owner(self, owner: str) -> None:
         """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
-        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
+        claimed = self.folder.at(State.CLAIMED)
         try:
-            if any(view.stray_names(owner_dir)):
-                return
+            with claimed.sub(owner) as owner_dir:
+                if any(view.stray_names(owner_dir)):
+                    return
+                for name in OWNER_FILES:
+                    files.unlink_if_there(name, owner_dir.fd)
         except FileNotFoundError:
             return  # a sweeper reaped it already
-        for name in OWNER_FILES:
-            (owner_dir / name).unlink(missing_ok=True)
         try:
-            owner_dir.rmdir()
+            os.rmdir(owner, dir_fd=claimed.fd)
         except OSError as exc:
-            log.warning("cannot remove owner folder %s: %s", owner_dir, exc)
+            log.warning("cannot remove owner folder %s: %s", claimed / owner, exc)
 
     def return_unheld(
         self, owner: str, held: set[str], now: float | None = None, functions: Functions | None = None
@@ -205,7 +237,7 @@ class Queue:
         an error struck between their claim and their fork. Return how many moved."""
         now = time.time() if now is None else now
         cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
-        owner_dir = self.folder.state_dir(State.CLAIMED) / owner
+        owner_dir = self.folder.at(State.CLAIMED) / owner
         return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._note_own_ready, functions)
 
     def has_claimable(self) -> bool:
@@ -233,6 +265,11 @@ class Queue:
             raise InvalidJob(f"a member may ask for cancel or retry, not {action!r}")
         view.locate(self.folder, check_job_id(job_id))  # JobNotFound now, not silently later
         incoming.request(self.folder, job_id, action, why or f"{action} asked at {time.time()}")
+
+    @property
+    def owner_uid(self) -> int:
+        """The uid of the queue's owner (the owner of its folder)."""
+        return os.fstat(self.folder.root.fd).st_uid
 
     @property
     def owned(self) -> bool:
@@ -293,32 +330,34 @@ class Queue:
         if parsed is None:
             return
         try:
-            files.move(f"{self._claimed}/{owner}/{parsed[0]}", f"{self._ready}/{name}")
+            self.folder.move(self.folder.at(State.CLAIMED) / f"{owner}/{parsed[0]}", self.folder.at(State.READY) / name)
         except (OSError, MoveCollision):
             pass  # not moved, or it cannot go back: this owner's heartbeat returns it
 
     def _try_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | object:
-        ready = self._ready
+        ready, claimed = self.folder.at(State.READY), self.folder.at(State.CLAIMED)
         parsed = parse_ready_name(name)
-        problem = entry_problem(ready, name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
+        problem = entry_problem(ready / name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
         if problem:
-            self.folder.quarantine(Path(ready), name, problem, now)
+            self.folder.quarantine(ready / name, problem, now)
             return None
         if parsed is None:
             raise InternalError(f"ready entry {name!r} has no problem but no parsed name: a bug in forkvisor")
-        owner_dir = f"{self._claimed}/{owner}"
-        target = f"{owner_dir}/{parsed[0]}"
+        # By name under claimed/, not through a handle of the owner's folder: a sweeper fences
+        # an owner by renaming its folder, and a claim after that must fail.
+        target = claimed / f"{owner}/{parsed[0]}"
         try:
-            files.move(f"{ready}/{name}", target)  # no fsync: a claim lost to power failure is just ready again
+            # No fsync: a claim lost to power failure is just ready again.
+            files.move(name, target.name, src_dir_fd=ready.fd, dst_dir_fd=claimed.fd)
         except FileNotFoundError:
-            if not os.path.isdir(owner_dir):
+            if not claimed.is_dir(owner):
                 raise ClaimLost(
                     f"cannot claim for owner {owner} in {self.path}: its folder claimed/{owner} is gone"
                 ) from None
             return None  # another owner claimed it first
         except MoveCollision:
             why = f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)"
-            self.folder.quarantine(Path(ready), name, why, now)
+            self.folder.quarantine(ready / name, why, now)
             return None
         files.checkpoint("claim:moved")
         try:
@@ -327,103 +366,146 @@ class Queue:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
     def _begin_attempt(
-        self, owner: str, where: str, job_id: str, name: str, now: float, functions: Functions | None
+        self, owner: str, place: Entry, job_id: str, name: str, now: float, functions: Functions | None
     ) -> Claim | object:
-        job_dir = Path(where)
-        try:
-            spec = self.folder.read_spec(where, job_id)
-        except UnsupportedFormat as exc:
-            return self._give_back(where, name, f"job.json format ({exc})")
-        except InvalidJob as exc:
-            self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
-            return None
-        if functions is not None and not functions.knows(spec.function):
-            return self._give_back(where, name, spec.function)
-        try:
-            used = self.folder.read_counter(where)
-        except InvalidJob as exc:
-            self._bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
-            return None
-        policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
-        if os.path.exists(f"{where}/{CANCEL_FILE}"):  # cancelled while it ran: no further attempt
-            self._bury(job_dir, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
-            return None
-        if used >= policy.max_attempts:
-            message = f"all {policy.max_attempts} attempts were used (the last one's owner died before recording it)"
-            self._bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message}, now)
-            return None
-        self.folder.write_counter(where, used + 1)  # counted before the fork
-        files.checkpoint("claim:counted")
-        attempt = self._new_attempt_dir(where)
-        files.checkpoint("claim:attempt-created")
-        # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-        files.write_new(f"{where}/attempt-{attempt}/{POLICY_FILE}", record, durable=False, mode=self.folder.file_mode)
-        self.folder.log_event(
-            where, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {attempt})", now
-        )
-        return Claim(job_id, owner, job_dir, spec, attempt, used + 1, policy)
+        with place.open() as job:
+            try:
+                spec = self.folder.read_spec(job, job_id)
+            except UnsupportedFormat as exc:
+                return self._give_back(place, name, f"job.json format ({exc})")
+            except InvalidJob as exc:
+                self._bury(place, job_id, {"reason": "invalid", "message": str(exc)}, now)
+                return None
+            if functions is not None and not functions.knows(spec.function):
+                return self._give_back(place, name, spec.function)
+            try:
+                used = self.folder.read_counter(job)
+            except InvalidJob as exc:
+                self._bury(place, job_id, {"reason": "invalid", "message": str(exc)}, now)
+                return None
+            policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
+            if job.exists(CANCEL_FILE):  # cancelled while it ran: no further attempt
+                self._bury(place, job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now)
+                return None
+            if used >= policy.max_attempts:
+                message = (
+                    f"all {policy.max_attempts} attempts were used (the last one's owner died before recording it)"
+                )
+                self._bury(place, job_id, {"reason": "attempts exhausted", "message": message}, now)
+                return None
+            self.folder.write_counter(job, used + 1)  # counted before the fork
+            files.checkpoint("claim:counted")
+            attempt = self._new_attempt_dir(job)
+            files.checkpoint("claim:attempt-created")
+            # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
+            with job.sub(f"attempt-{attempt}") as run:
+                files.write_new(POLICY_FILE, record, durable=False, mode=self.folder.file_mode, dir_fd=run.fd)
+            self.folder.log_event(
+                job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {attempt})", now
+            )
+        return Claim(job_id, owner, Path(place.path), spec, attempt, used + 1, policy, place)
 
-    def _give_back(self, where: str, name: str, function: str) -> object:
+    def _give_back(self, place: Entry, name: str, function: str) -> object:
         """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
         event (every manager that cannot run it passes it once), and never looked at again here."""
         self._index.skip(name)  # first: the watcher will report the name coming back
+        ready = self.folder.at(State.READY)
         try:
-            files.move(where, f"{self._ready}/{name}")
+            files.move(place.name, name, src_dir_fd=place.dir.fd, dst_dir_fd=ready.fd)
         except FileNotFoundError:
             return _GIVEN_BACK  # reaped meanwhile: the sweeper returned it
         except MoveCollision:
-            self.folder.quarantine(
-                Path(where).parent, Path(where).name, f"{name} is in ready/ twice (a copy?)", time.time()
-            )
+            self.folder.quarantine(place, f"{name} is in ready/ twice (a copy?)", time.time())
         self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
         return _GIVEN_BACK
 
-    def _new_attempt_dir(self, job_dir: str) -> int:
+    def _new_attempt_dir(self, job: Dir) -> int:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
         It lists the job folder rather than trusting the counter: an operator's `retry`
         resets the counter, and a hand-edited job may have gaps, but run numbers only grow."""
-        number = view.last_attempt(Path(job_dir)) + 1
+        number = view.last_attempt(job) + 1
         while True:
             try:
-                self.folder.make_dir(f"{job_dir}/attempt-{number}")
+                self.folder.make_dir(job / f"attempt-{number}")
                 return number
             except FileExistsError:
                 number += 1
 
-    def record_outcome(self, claim: Claim, outcome: Mapping[str, Any]) -> None:
-        """Write how the attempt ended into its folder (exit status, rusage, error...)."""
+    def _open(self, claim: Claim, verb: str) -> Dir:
+        """The claimed job's folder, opened; ClaimLost if it is no longer where the claim put it."""
         try:
-            self.folder.write_json(claim.attempt_path / OUTCOME_FILE, dict(outcome))
+            return claim.place.open()
         except FileNotFoundError:
-            raise self._lost(claim, "record the outcome of") from None
+            raise self._lost(claim, verb) from None
+
+    def claim_state(self, claim: Claim) -> tuple[bool, bool]:
+        """Whether the claimed job is still where its claim put it, and whether an operator
+        cancelled it; OSError when it cannot be looked at now (not the same as gone)."""
+        try:
+            with claim.place.open() as job:
+                return True, job.exists(CANCEL_FILE)
+        except OSError as exc:
+            if exc.errno in NOT_A_FOLDER:  # gone, or not a folder any more
+                return False, False
+            raise
+
+    def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float | None = None) -> None:
+        """Write how the attempt ended into its folder (exit status, rusage, error...)."""
+        now = time.time() if now is None else now
+        with self._open(claim, "record the outcome of") as job, self._run_folder(job, claim, now) as run:
+            self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
+
+    def _run_folder(self, job: Dir, claim: Claim, now: float) -> Dir:
+        """The claim's run folder, opened without following a link. One the job removed, or put
+        a link or a file in the place of, is quarantined and made again: the manager's record
+        goes into a folder of its own, never where a link points."""
+        name = f"attempt-{claim.attempt}"
+        try:
+            return job.sub(name)
+        except OSError as exc:
+            if exc.errno not in NOT_A_FOLDER:
+                raise
+        if job.exists(name):
+            self.folder.quarantine(job / name, f"the folder of run {claim.attempt} was replaced while it ran", now)
+        log.warning(
+            "job %s: the folder of run %d was gone or replaced; recording in a new one", claim.job_id, claim.attempt
+        )
+        try:
+            self.folder.make_dir(job / name)
+        except FileExistsError:
+            pass  # put back meanwhile: it is opened (or refused) below
+        return job.sub(name)
 
     def complete(self, claim: Claim, now: float | None = None) -> None:
         """Move a claimed job to `done/`, with its attempt's result as `result.json`."""
         now = time.time() if now is None else now
-        self._link_result(claim, now)
-        files.checkpoint("complete:result-linked")
-        target = f"{self._done}/{claim.job_id}"
-        # Logged first: a kill right after the move must not leave the story without its end.
-        self.folder.log_event(claim.path, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
-        self._move_claimed(claim, target, "complete")
+        with self._open(claim, "complete") as job:
+            self._link_result(job, claim, now)
+            files.checkpoint("complete:result-linked")
+            # Logged first: a kill right after the move must not leave the story without its end.
+            self.folder.log_event(job, f"done: attempt {claim.attempts} (run {claim.attempt}) succeeded", now)
+        self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
 
-    def _link_result(self, claim: Claim, now: float) -> None:
-        """Make `result.json` the completing run's result, or remove one a lost run left."""
-        job_dir = os.fspath(claim.path)
-        source = f"{job_dir}/attempt-{claim.attempt}/{RESULT_FILE}"
-        result = f"{job_dir}/{RESULT_FILE}"
-        staging = f"{job_dir}/.{RESULT_FILE}.link"
+    def _link_result(self, job: Dir, claim: Claim, now: float) -> None:
+        """Make `result.json` the completing run's result, or remove one a lost run left.
+        Only a regular file is linked: whatever else the run left there is not its result."""
+        staging = f".{RESULT_FILE}.link"
+        for name in (RESULT_FILE, staging):
+            self.folder.clear_the_way(job, name, now)
+        files.unlink_if_there(staging, job.fd)
+        linked = False
         try:
-            for name in (RESULT_FILE, f".{RESULT_FILE}.link"):
-                self.folder.clear_the_way(claim.path, name, now)
-            files.unlink_if_there(staging)
-            if not os.path.exists(source):
-                files.unlink_if_there(result)
-                return
-            os.link(source, staging)
-            os.replace(staging, result)
-        except FileNotFoundError:
-            raise self._lost(claim, "complete") from None
+            with job.sub(f"attempt-{claim.attempt}") as run:
+                if stat.S_ISREG(run.lstat(RESULT_FILE).st_mode):
+                    os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
+                    linked = True
+        except OSError as exc:
+            if exc.errno not in NOT_A_FOLDER:
+                raise
+        if not linked:
+            files.unlink_if_there(RESULT_FILE, job.fd)  # no result of this run (none, or its folder is gone)
+            return
+        os.replace(staging, RESULT_FILE, src_dir_fd=job.fd, dst_dir_fd=job.fd)
 
     def fail(
         self,
@@ -442,17 +524,18 @@ class Queue:
         if permanent or claim.attempts >= claim.policy.max_attempts:
             reason = "cannot be completed" if permanent else "attempts exhausted"
             cause = {"reason": reason, "attempt": claim.attempts, "run": claim.attempt, **error}
-            self._bury(claim.path, claim.job_id, cause, now, claim=claim)
+            self._bury(claim.place, claim.job_id, cause, now, claim=claim)
             return State.DEAD
         due = now + max(0.0, delay)
-        target = self._waiting_place(claim.spec, due, now)
-        what = "ready" if target.parent.name == State.READY.value else f"retry in {delay:.1f}s"
-        # Logged before the move: once in ready/, another manager may claim the job at once.
-        self.folder.log_event(claim.path, f"failed: attempt {claim.attempts}/{claim.policy.max_attempts}, {what}", now)
+        state, target = self._waiting_place(claim.spec, due, now)
+        what = "ready" if state is State.READY else f"retry in {delay:.1f}s"
+        with self._open(claim, "fail") as job:
+            # Logged before the move: once in ready/, another manager may claim the job at once.
+            self.folder.log_event(job, f"failed: attempt {claim.attempts}/{claim.policy.max_attempts}, {what}", now)
         self._move_claimed(claim, target, "fail")
-        if target.parent.name == State.READY.value:
+        if state is State.READY:
             self._index.add(target.name)
-        return State(target.parent.name)
+        return state
 
     def release(self, claim: Claim, now: float | None = None, reason: str = "released") -> None:
         """Put a claimed job back in `ready/` without using an attempt (operator shutdown);
@@ -460,41 +543,45 @@ class Queue:
         now = time.time() if now is None else now
         if self._cancelled(claim, now):
             return
-        try:
-            self.folder.write_counter(claim.path, max(0, claim.attempts - 1))
-        except FileNotFoundError:
-            raise self._lost(claim, "release") from None
-        files.checkpoint("release:uncounted")
-        target = self.folder.state_dir(State.READY) / ready_name(claim.job_id, claim.spec.priority)
-        self.folder.log_event(claim.path, f"{reason}: run {claim.attempt} stopped, attempt not counted", now)
+        with self._open(claim, "release") as job:
+            self.folder.write_counter(job, max(0, claim.attempts - 1))
+            files.checkpoint("release:uncounted")
+            self.folder.log_event(job, f"{reason}: run {claim.attempt} stopped, attempt not counted", now)
+        target = self.folder.at(State.READY) / ready_name(claim.job_id, claim.spec.priority)
         self._move_claimed(claim, target, "release")
         self._index.add(target.name)
 
     def _cancelled(self, claim: Claim, now: float) -> bool:
         """Bury a claimed job that an operator cancelled; a cancelled job never runs again."""
-        if not (claim.path / CANCEL_FILE).exists():
-            return False
-        self._bury(claim.path, claim.job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now, claim)
+        try:
+            with claim.place.open() as job:
+                if not job.exists(CANCEL_FILE):
+                    return False
+        except FileNotFoundError:
+            return False  # lost: the caller's next step says so
+        self._bury(
+            claim.place, claim.job_id, {"reason": "cancelled", "message": "cancelled by an operator"}, now, claim
+        )
         return True
 
-    def _waiting_place(self, spec: JobSpec, due: float, now: float) -> Path:
+    def _waiting_place(self, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:
         if due <= now:
-            return self.folder.state_dir(State.READY) / ready_name(spec.id, spec.priority)
-        return self.folder.state_dir(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
+            return State.READY, self.folder.at(State.READY) / ready_name(spec.id, spec.priority)
+        return State.SCHEDULED, self.folder.at(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
 
-    def _move_claimed(self, claim: Claim, target: files.StrPath, verb: str) -> None:
+    def _move_claimed(self, claim: Claim, target: Entry, verb: str) -> None:
         try:
-            self.folder.move(claim.path, target)
+            self.folder.move(claim.place, target)
         except FileNotFoundError:
             raise self._lost(claim, verb) from None
         except MoveCollision:
-            where = os.path.basename(os.path.dirname(os.fspath(target)))
-            raise self._quarantine_copy(claim.path, where, verb, time.time()) from None
+            where = os.path.basename(target.dir.path)
+            raise self._quarantine_copy(claim.place, where, verb, time.time()) from None
 
-    def _quarantine_copy(self, job_dir: Path, where: str, verb: str, now: float) -> ClaimLost:
+    def _quarantine_copy(self, place: Entry, where: str, verb: str, now: float) -> ClaimLost:
         """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
-        why = f"cannot {verb} job {job_dir.name}: {where}/ already holds a job with this id (a copy?)"
-        self.folder.quarantine(job_dir.parent, job_dir.name, why, now)
+        why = f"cannot {verb} job {os.path.basename(place.name)}: {where}/ already holds a job with this id (a copy?)"
+        self.folder.quarantine(place, why, now)
         return ClaimLost(f"{why}; this copy was moved to quarantine/")
 
     def _lost(self, claim: Claim, verb: str) -> ClaimLost:
@@ -504,16 +591,16 @@ class Queue:
         )
 
     def _bury(
-        self, job_dir: Path, job_id: str, cause: Mapping[str, Any], now: float, claim: Claim | None = None
+        self, place: Entry, job_id: str, cause: Mapping[str, Any], now: float, claim: Claim | None = None
     ) -> None:
         try:
-            self.folder.bury(job_dir, job_id, dict(cause), now)
+            self.folder.bury(place, job_id, dict(cause), now)
         except FileNotFoundError:
             if claim is None:
                 raise
             raise self._lost(claim, "fail") from None
         except MoveCollision:
-            lost = self._quarantine_copy(job_dir, State.DEAD.value, "bury", now)
+            lost = self._quarantine_copy(place, State.DEAD.value, "bury", now)
             if claim is not None:
                 raise lost from None
 
@@ -522,10 +609,35 @@ class Queue:
     def job(self, job_id: str) -> Job:
         """The current view of one job; raise JobNotFound or InvalidJobId."""
         while True:  # a job that moves while we read it is looked for again (it always ends somewhere)
-            state, path = view.locate(self.folder, job_id)
-            job = view.read_moving(self.folder, state, path)
+            state, place = view.locate(self.folder, job_id)
+            job = view.read_moving(self.folder, state, place)
             if job is not None:
                 return job
+
+    def events(self, job_id: str, limit: int = 1 << 20) -> builtins.list[str]:
+        """The lines of a job's `events` log (empty if it has none, or it cannot be read)."""
+        state, place = view.locate(self.folder, job_id)
+        if state is State.INCOMING:
+            return []
+        try:
+            with place.open() as job:
+                data = files.read_limited(EVENTS_FILE, limit, job.fd)
+        except OSError:
+            return []
+        return data.decode("utf-8", "replace").splitlines()
+
+    def open_output(self, job_id: str, run: int, name: str) -> BinaryIO | None:
+        """Open a run's `stdout` or `stderr` for reading (None if the run wrote none). The file
+        follows the job as it moves; it may not be a regular file (a job wrote something odd)."""
+        if name not in ("stdout", "stderr"):
+            raise InvalidJob(f"a run's output is stdout or stderr, not {name!r}")
+        _, place = view.locate(self.folder, job_id)
+        try:
+            with place.dir.sub(f"{place.name}/attempt-{run}") as attempt:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=attempt.fd)
+        except FileNotFoundError:
+            return None
+        return os.fdopen(fd, "rb")
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state name: ready, scheduled, claimed, done, dead."""
@@ -538,10 +650,10 @@ class Queue:
         states = [State(state)] if state is not None else list(State)
         found: builtins.list[Job] = []
         for current in states:
-            for path, _ in sorted(view.entries(self.folder, current)):
+            for place, _ in sorted(view.entries(self.folder, current), key=lambda entry: entry[0].name):
                 if limit is not None and len(found) >= limit:
                     return found
-                job = view.read_moving(self.folder, current, path)
+                job = view.read_moving(self.folder, current, place)
                 if job is not None and (function is None or job.function == function):
                     found.append(job)
         return found
@@ -574,28 +686,48 @@ class Queue:
 
     def scheduled_after(self, when: float) -> int:
         """How many scheduled jobs are due after `when` (epoch seconds)."""
-        names = os.listdir(self.folder.state_dir(State.SCHEDULED))
+        names = self.folder.at(State.SCHEDULED).names()
         return sum(1 for parsed in map(parse_scheduled_name, names) if parsed and parsed[2] > when)
 
     # -- operator actions ------------------------------------------------------
+
+    def request_drain(self, now: float | None = None) -> None:
+        """Ask every manager of the queue to drain: a new `drain` file in the queue folder."""
+        now = time.time() if now is None else now
+        # Renamed into place each time, so that watching managers see a change of file.
+        data = f"drain requested at {now}\n".encode()
+        files.replace_file(DRAIN_FILE, data, durable=False, mode=self.folder.file_mode, dir_fd=self.folder.root.fd)
+
+    def drain_request(self) -> tuple[int, int] | None:
+        """Which drain request stands now (its file's inode and mtime), None if none does: a
+        manager drains when this changes after its start."""
+        try:
+            found = self.folder.root.lstat(DRAIN_FILE)
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
 
     def cancel(self, job_id: str, now: float | None = None) -> State:
         """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is
         marked, and its manager stops it. Return the job's state after the call."""
         now = time.time() if now is None else now
-        state, path = view.locate(self.folder, job_id)
+        state, place = view.locate(self.folder, job_id)
         if state is State.INCOMING:  # a member's submission not taken in yet: take it in, then cancel
             self.take_in(now)
-            state, path = view.locate(self.folder, job_id)
+            state, place = view.locate(self.folder, job_id)
         if state.terminal:
             raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
         if state is State.CLAIMED:
-            self.folder.mark(path / CANCEL_FILE, f"cancelled at {now}")
-            self.folder.log_event(path, "cancel requested", now)
+            try:
+                with place.open() as job:
+                    self.folder.mark(job / CANCEL_FILE, f"cancelled at {now}")
+                    self.folder.log_event(job, "cancel requested", now)
+            except FileNotFoundError:
+                return self.cancel(job_id, now)  # it finished or went back meanwhile: look again
             return State.CLAIMED
         cause = {"reason": "cancelled", "message": "cancelled by an operator"}
         try:
-            self.folder.bury(path, job_id, cause, now, even_if_full=True)
+            self.folder.bury(place, job_id, cause, now, even_if_full=True)
         except FileNotFoundError:
             return self.cancel(job_id, now)  # it moved meanwhile (claimed or promoted): look again
         return State.DEAD
@@ -603,16 +735,17 @@ class Queue:
     def retry(self, job_id: str, now: float | None = None) -> None:
         """Send a dead job back to `ready/` with a fresh set of attempts."""
         now = time.time() if now is None else now
-        state, path = view.locate(self.folder, job_id)
+        state, place = view.locate(self.folder, job_id)
         if state is not State.DEAD:
             raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
-        spec = self.folder.read_spec(path, job_id)
-        self.folder.write_counter(path, 0)
-        self.folder.clear_the_way(path, CANCEL_FILE, now)
-        (path / CANCEL_FILE).unlink(missing_ok=True)
-        target = self.folder.state_dir(State.READY) / ready_name(job_id, spec.priority)
-        self.folder.log_event(path, "ready: retried by an operator, attempts reset", now)
-        self.folder.move(path, target)
+        with place.open() as job:
+            spec = self.folder.read_spec(job, job_id)
+            self.folder.write_counter(job, 0)
+            self.folder.clear_the_way(job, CANCEL_FILE, now)
+            files.unlink_if_there(CANCEL_FILE, job.fd)
+            self.folder.log_event(job, "ready: retried by an operator, attempts reset", now)
+        target = self.folder.at(State.READY) / ready_name(job_id, spec.priority)
+        self.folder.move(place, target)
         self._index.add(target.name)
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------
@@ -659,10 +792,11 @@ class Queue:
         """Log in the job's events that this run's claim was lost (wherever the job is now)."""
         now = time.time() if now is None else now
         try:
-            _, path = view.locate(self.folder, claim.job_id)
-        except JobsError:
+            _, place = view.locate(self.folder, claim.job_id)
+            with place.open() as job:
+                self.folder.log_event(job, f"run {claim.attempt} by {claim.owner} {how} after its claim was lost", now)
+        except (JobsError, FileNotFoundError):
             return
-        self.folder.log_event(path, f"run {claim.attempt} by {claim.owner} {how} after its claim was lost", now)
 
     def purge(
         self,
@@ -679,7 +813,7 @@ class Queue:
 
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
-        return filesystem_now(self.path, self.folder.file_mode)
+        return filesystem_now(self.folder.root, self.folder.file_mode)
 
 
 _GIVEN_BACK = object()  # what _claim_entry returns for a job given back to ready/

@@ -9,7 +9,6 @@ quarantines. Specs are checked and encoded once, before anything is written.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobs import files, incoming
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
+from jobs.handles import Entry
 from jobs.job import (
     LATEST_DUE,
     SPEC_FORMAT,
@@ -63,10 +63,6 @@ class Publisher:
     def __init__(self, folder: QueueFolder, on_ready: Callable[[str], None]) -> None:
         self._folder = folder
         self._on_ready = on_ready
-        # Plain strings: a Path per file operation costs more than the operation on tmpfs.
-        self._tmp = os.fspath(folder.tmp)
-        self._ready = os.fspath(folder.state_dir(State.READY))
-        self._scheduled = os.fspath(folder.state_dir(State.SCHEDULED))
         # Who does not own the queue (a member of a shared one) may write incoming/ only.
         self._via_incoming = not folder.owned()
 
@@ -91,21 +87,21 @@ class Publisher:
             for job in built:
                 self._submit_incoming(job)
             return [job.id for job in built]
-        staged: list[str] = []
+        staged: list[Entry] = []
         try:
             for job in built:
                 staged.append(self._stage(job, now, sync=False))
         except BaseException:
-            for path in staged:
-                files.remove_quietly(path)
+            for entry in staged:
+                files.remove_quietly(entry.name, dir_fd=entry.dir.fd)
             raise
         if self._folder.durable:
-            files.sync_filesystem(self._folder.path)
-        for path, job in zip(staged, built, strict=True):
-            self._publish(path, job, sync=False)
+            files.sync_filesystem(self._folder.root.fd)
+        for entry, job in zip(staged, built, strict=True):
+            self._publish(entry, job, sync=False)
         if self._folder.durable:
-            for folder in (self._ready, self._scheduled):
-                files.fsync_dir(folder)
+            for state in (State.READY, State.SCHEDULED):
+                self._folder.at(state).fsync()
         return [job.id for job in built]
 
     def _build(self, call: Call, now: float) -> _Submission:
@@ -144,31 +140,33 @@ class Publisher:
         except OSError as exc:
             raise storage_error(exc, "submit to", self._folder.path) from exc
 
-    def _stage(self, job: _Submission, now: float, *, sync: bool) -> str:
+    def _stage(self, job: _Submission, now: float, *, sync: bool) -> Entry:
         """Write the job directory under `tmp/`, invisible to managers."""
-        staging = f"{self._tmp}/{job.id}"
+        folder = self._folder
+        staging = folder.tmp / job.id
         try:
-            self._folder.make_dir(staging)
-            # The event first: created before job.json's fsync, its entry is committed by that
-            # fsync, so the folder's fsync below finds nothing new (two journal commits, not three).
-            self._folder.log_event(staging, "enqueued", now)
-            files.write_new(f"{staging}/{SPEC_FILE}", job.data, durable=sync, mode=self._folder.file_mode)
-            if sync:
-                files.fsync_dir(staging)
+            folder.make_dir(staging)
+            with staging.open() as made:
+                # The event first: created before job.json's fsync, its entry is committed by that
+                # fsync, so the folder's fsync below finds nothing new (two journal commits, not three).
+                folder.log_event(made, "enqueued", now)
+                files.write_new(SPEC_FILE, job.data, durable=sync, mode=folder.file_mode, dir_fd=made.fd)
+                if sync:
+                    made.fsync()
         except OSError as exc:
-            files.remove_quietly(staging)
-            raise storage_error(exc, "enqueue into", self._folder.path) from exc
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            raise storage_error(exc, "enqueue into", folder.path) from exc
         files.checkpoint("enqueue:staged")
         return staging
 
-    def _publish(self, staging: str, job: _Submission, *, sync: bool) -> None:
+    def _publish(self, staging: Entry, job: _Submission, *, sync: bool) -> None:
         if job.due is None:
-            parent, name = self._ready, ready_name(job.id, job.priority)
+            parent, name = self._folder.at(State.READY), ready_name(job.id, job.priority)
         else:
-            parent, name = self._scheduled, scheduled_name(job.id, job.priority, job.due)
-        files.move(staging, f"{parent}/{name}")
+            parent, name = self._folder.at(State.SCHEDULED), scheduled_name(job.id, job.priority, job.due)
+        files.move(staging.name, name, src_dir_fd=staging.dir.fd, dst_dir_fd=parent.fd)
         if sync:
-            files.fsync_dir(parent)
+            parent.fsync()
         if job.due is None:
             self._on_ready(name)
 

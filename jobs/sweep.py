@@ -18,12 +18,12 @@ import logging
 import os
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 from jobs import files, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import CANCEL_FILE, EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem
+from jobs.handles import Dir, Entry
 from jobs.job import JobSpec, State, is_job_id, parse_scheduled_name, ready_name
 from jobs.lease import (
     DEFAULT_LEASE,
@@ -54,10 +54,10 @@ def reap_owners(
     A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
     else the one `functions` and the queue resolve."""
     revert = _Reverter(folder, on_ready, functions)
-    claimed = folder.state_dir(State.CLAIMED)
+    claimed = folder.at(State.CLAIMED)
     return sum(
         guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or 0
-        for name in os.listdir(claimed)
+        for name in claimed.names()
     )
 
 
@@ -76,23 +76,23 @@ def guarded(what: str, name: str, action: Callable[..., T], *args: Any) -> T | N
         return None
 
 
-def _reap(folder: QueueFolder, revert: _Reverter, claimed: Path, name: str, now: float, is_alive: Liveness) -> int:
+def _reap(folder: QueueFolder, revert: _Reverter, claimed: Dir, name: str, now: float, is_alive: Liveness) -> int:
     owner_dir = claimed / name
-    problem = entry_problem(claimed, name)
+    problem = entry_problem(owner_dir)
     if problem:
-        folder.quarantine(claimed, name, f"{problem} (claimed/ holds owner folders only)", now)
+        folder.quarantine(owner_dir, f"{problem} (claimed/ holds owner folders only)", now)
         return 0
     if name.startswith(REAPING_PREFIX):
         return revert.all(owner_dir, f"owner {name[len(REAPING_PREFIX) :]} was being reaped", now)
     if not is_owner_name(name):
-        folder.quarantine(claimed, name, "not an owner folder (HOST.PID.XXXXXX)", now)
+        folder.quarantine(owner_dir, "not an owner folder (HOST.PID.XXXXXX)", now)
         return 0
     cause = _why_gone(owner_dir, now, is_alive)
     if cause is None:
         return 0
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
-        files.move(owner_dir, fenced)
+        files.move(name, fenced.name, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
     except (FileNotFoundError, MoveCollision):
         return 0  # another sweeper is reaping it
     files.checkpoint("reap:fenced")
@@ -100,19 +100,19 @@ def _reap(folder: QueueFolder, revert: _Reverter, claimed: Path, name: str, now:
     return revert.all(fenced, cause, now)
 
 
-def _why_gone(owner_dir: Path, now: float, is_alive: Liveness) -> str | None:
+def _why_gone(owner_dir: Entry, now: float, is_alive: Liveness) -> str | None:
     """Why the owner no longer holds its claims, or None if it still does."""
     try:
-        heartbeat = os.lstat(owner_dir / OWNER_FILE).st_mtime
-        owner = Owner.from_json(files.read_limited(owner_dir / OWNER_FILE, 1 << 16))
-    except (OSError, InvalidJob):
-        try:
-            registered = os.stat(owner_dir).st_mtime
-        except FileNotFoundError:
-            return None  # retired or fenced by another sweeper meanwhile
-        if now > registered + DEFAULT_LEASE:
-            return f"owner folder {owner_dir.name} has no readable owner file"
-        return None  # may be a registration in progress
+        with owner_dir.open() as opened:
+            try:
+                heartbeat = opened.lstat(OWNER_FILE).st_mtime
+                owner = Owner.from_json(files.read_limited(OWNER_FILE, 1 << 16, opened.fd))
+            except (OSError, InvalidJob):
+                if now > os.fstat(opened.fd).st_mtime + DEFAULT_LEASE:
+                    return f"owner folder {owner_dir.name} has no readable owner file"
+                return None  # may be a registration in progress
+    except FileNotFoundError:
+        return None  # retired or fenced by another sweeper meanwhile
     alive = is_alive(owner)
     if alive is False:
         return f"owner {owner.name} (pid {owner.pid} on {owner.host}) is dead"
@@ -123,7 +123,7 @@ def _why_gone(owner_dir: Path, now: float, is_alive: Liveness) -> str | None:
 
 def return_unheld(
     folder: QueueFolder,
-    owner_dir: Path,
+    owner_dir: Entry,
     held: set[str],
     cause: str,
     now: float,
@@ -143,106 +143,113 @@ class _Reverter:
         self.on_ready = on_ready
         self.functions = functions
 
-    def all(self, fenced: Path, cause: str, now: float) -> int:
+    def all(self, fenced: Entry, cause: str, now: float) -> int:
         reverted = self.jobs(fenced, cause, now, keep=set(OWNER_FILES))
         try:
-            for name in OWNER_FILES:
-                (fenced / name).unlink(missing_ok=True)
-            fenced.rmdir()
+            with fenced.open() as opened:
+                for name in OWNER_FILES:
+                    files.unlink_if_there(name, opened.fd)
+            os.rmdir(fenced.name, dir_fd=fenced.dir.fd)
         except FileNotFoundError:
             pass  # another sweeper finished this reap
         except OSError as exc:
-            log.warning("cannot remove %s yet: %s", fenced, exc)
+            log.warning("cannot remove %s yet: %s", fenced.path, exc)
         return reverted
 
-    def jobs(self, parent: Path, cause: str, now: float, keep: set[str]) -> int:
+    def jobs(self, parent: Entry, cause: str, now: float, keep: set[str]) -> int:
         reverted = 0
         try:
-            names = os.listdir(parent)
+            with parent.open() as opened:
+                names = opened.names()
         except FileNotFoundError:
             return 0  # another sweeper finished this reap
         except OSError as exc:  # one unreadable owner folder must not stop the rest of the sweep
-            log.error("cannot list %s to return its jobs: %s; fix its permissions", parent, exc)
+            log.error("cannot list %s to return its jobs: %s; fix its permissions", parent.path, exc)
             return 0
         for name in names:
             if name not in keep:
-                reverted += guarded("claimed job", name, self.entry, parent, name, cause, now) or 0
+                place = parent.dir / f"{parent.name}/{name}"
+                reverted += guarded("claimed job", name, self.entry, place, cause, now) or 0
         return reverted
 
-    def entry(self, parent: Path, name: str, cause: str, now: float) -> int:
+    def entry(self, place: Entry, cause: str, now: float) -> int:
         """Send back one entry of an owner folder; 1 if it was a job that moved."""
         folder = self.folder
-        problem = None if is_job_id(name) else "not a job id"
-        problem = problem or entry_problem(parent, name)
+        job_id = os.path.basename(place.name)
+        problem = None if is_job_id(job_id) else "not a job id"
+        problem = problem or entry_problem(place)
         if problem:
-            folder.quarantine(parent, name, problem, now)
+            folder.quarantine(place, problem, now)
             return 0
         try:
-            self.job(parent / name, name, cause, now)
+            self.job(place, job_id, cause, now)
         except FileNotFoundError:
             return 0  # another sweeper moved it first
         except MoveCollision:
-            why = f"job {name} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
-            folder.quarantine(parent, name, why, now)
+            why = f"job {job_id} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
+            folder.quarantine(place, why, now)
             return 0
         return 1
 
-    def job(self, job_dir: Path, job_id: str, cause: str, now: float) -> None:
+    def job(self, place: Entry, job_id: str, cause: str, now: float) -> None:
         folder = self.folder
-        try:
-            spec = folder.read_spec(job_dir, job_id)
-            used = folder.read_counter(job_dir)
-        except UnsupportedFormat:
-            spec, used = None, 0  # a newer forkvisor's job: back to ready/ for a manager that reads it
-        except InvalidJob as exc:
-            folder.bury(job_dir, job_id, {"reason": "invalid", "message": str(exc)}, now)
-            return
-        _mark_lost_attempt(folder, job_dir, cause)
-        folder.clear_the_way(job_dir, RESULT_FILE, now)
-        (job_dir / RESULT_FILE).unlink(missing_ok=True)  # a lost completion's result never stands
-        limit = None if spec is None else self._attempt_limit(job_dir, spec)
-        if (job_dir / CANCEL_FILE).exists():
-            folder.bury(job_dir, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
+        with place.open() as job:
+            try:
+                spec = folder.read_spec(job, job_id)
+                used = folder.read_counter(job)
+            except UnsupportedFormat:
+                spec, used = None, 0  # a newer forkvisor's job: back to ready/ for a manager that reads it
+            except InvalidJob as exc:
+                folder.bury(place, job_id, {"reason": "invalid", "message": str(exc)}, now)
+                return
+            _mark_lost_attempt(folder, job, cause)
+            folder.clear_the_way(job, RESULT_FILE, now)
+            files.unlink_if_there(RESULT_FILE, job.fd)  # a lost completion's result never stands
+            limit = None if spec is None else self._attempt_limit(job, spec)
+            cancelled = job.exists(CANCEL_FILE)
+            if not cancelled and (limit is None or used < limit):
+                folder.log_event(job, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
+        if cancelled:
+            folder.bury(place, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
         elif limit is not None and used >= limit:
             message = f"attempt {used}/{limit} was lost: {cause}"
-            folder.bury(job_dir, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
+            folder.bury(place, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
         else:
             priority = 0 if spec is None else spec.priority
-            target = folder.state_dir(State.READY) / ready_name(job_id, priority)
-            folder.log_event(job_dir, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
-            folder.move(job_dir, target)
+            target = folder.at(State.READY) / ready_name(job_id, priority)
+            folder.move(place, target)
             self.on_ready(target.name)
 
-    def _attempt_limit(self, job_dir: Path, spec: JobSpec) -> int:
+    def _attempt_limit(self, job: Dir, spec: JobSpec) -> int:
         """The attempt limit the lost run was started under."""
-        recorded = view.recorded_policy(job_dir, view.last_attempt(job_dir))
+        recorded = view.recorded_policy(job, view.last_attempt(job))
         if recorded is not None:
             return recorded.max_attempts
         registered = self.functions.registration(spec.function) if self.functions is not None else None
         return resolve(spec, registered, self.folder.stored_settings).max_attempts
 
 
-def _mark_lost_attempt(folder: QueueFolder, job_dir: Path, cause: str) -> None:
+def _mark_lost_attempt(folder: QueueFolder, job: Dir, cause: str) -> None:
     """Give the attempt that was running an outcome saying it was lost, and why."""
-    number = view.last_attempt(job_dir)  # a real directory, never a planted link
-    outcome = job_dir / f"attempt-{number}" / OUTCOME_FILE
-    if number >= 1 and not os.path.lexists(outcome):
-        folder.write_json(outcome, {"lost": True, "error": f"the attempt was lost: {cause}"})
+    number = view.last_attempt(job)  # a real directory, never a planted link
+    if number < 1:
+        return
+    with job.sub(f"attempt-{number}") as run:
+        if not run.exists(OUTCOME_FILE):
+            folder.write_json(run / OUTCOME_FILE, {"lost": True, "error": f"the attempt was lost: {cause}"})
 
 
 def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]) -> list[str]:
     """Move every due `scheduled/` job to `ready/`; return their ids."""
-    scheduled = folder.state_dir(State.SCHEDULED)
+    scheduled = folder.at(State.SCHEDULED)
     promoted = []
-    with os.scandir(scheduled) as entries:
-        names = sorted(entry.name for entry in entries)
-    for name in names:
+    for name in sorted(scheduled.names()):
         parsed = parse_scheduled_name(name)
         if parsed is not None and parsed[2] > now:
             continue  # not yet (checked when due); keep going so that every malformed name is seen
         if parsed is None:
             why = "its name is not DUE.RRR.ID (see docs/FORMAT.md)"
-            guarded("scheduled entry", name, folder.quarantine, scheduled, name, why, now)
+            guarded("scheduled entry", name, folder.quarantine, scheduled / name, why, now)
         elif guarded("scheduled job", name, promote_one, folder, name, now, on_ready):
             promoted.append(parsed[0])
     return promoted
@@ -250,21 +257,21 @@ def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]
 
 def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[str], None]) -> bool:
     """Move the due `scheduled/` entry `name` to `ready/`; False if it is gone or not a job."""
-    scheduled = folder.state_dir(State.SCHEDULED)
+    place = folder.at(State.SCHEDULED) / name
     parsed = parse_scheduled_name(name)
-    problem = entry_problem(scheduled, name)
+    problem = entry_problem(place)
     if parsed is None or problem:
         if problem:
-            folder.quarantine(scheduled, name, problem, now)
+            folder.quarantine(place, problem, now)
         return False
     job_id, priority, _ = parsed
-    target = folder.state_dir(State.READY) / ready_name(job_id, priority)
+    target = folder.at(State.READY) / ready_name(job_id, priority)
     try:
-        folder.move(scheduled / name, target)
+        folder.move(place, target)
     except FileNotFoundError:
         return False  # promoted by someone else, or never there
     except MoveCollision:
-        folder.quarantine(scheduled, name, f"job {job_id} is already ready (duplicate id)", now)
+        folder.quarantine(place, f"job {job_id} is already ready (duplicate id)", now)
         return False
     on_ready(target.name)
     return True
@@ -273,31 +280,32 @@ def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[
 def clear_tmp(folder: QueueFolder, now: float, max_age: float) -> int:
     """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges
     (a part of each per sweep: a tree may be deep)."""
-    names = os.listdir(folder.tmp)
+    names = folder.tmp.names()
     return sum(guarded("tmp/ entry", name, _clear, folder, name, now, max_age) or 0 for name in names)
 
 
 def _clear(folder: QueueFolder, name: str, now: float, max_age: float) -> int:
+    tmp = folder.tmp
     if name.startswith(PURGE_PREFIX):
         # A purge died, or stopped at its budget, after its rename (the job is recorded as
         # purged): go on with it whatever its age. Removing one part each sweep renews its
         # time, and two removers of one tree only ever remove within it.
-        files.remove_quietly(folder.tmp / name, TREE_BUDGET)
+        files.remove_quietly(name, TREE_BUDGET, tmp.fd)
         return 1
-    if _age(folder.tmp / name, now) <= max_age:
+    if _age(tmp / name, now) <= max_age:
         return 0
-    folder.quarantine(folder.tmp, name, f"abandoned in tmp/ for over {max_age:g}s (its submitter died)", now)
+    folder.quarantine(tmp / name, f"abandoned in tmp/ for over {max_age:g}s (its submitter died)", now)
     return 1
 
 
 def _record_purge(folder: QueueFolder, job_id: str, state: str, now: float) -> None:
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
-    folder.append_line(folder.path / PURGED_LOG, f"{stamp} purged {state} {job_id}")
+    folder.append_line(folder.root / PURGED_LOG, f"{stamp} purged {state} {job_id}")
 
 
-def _age(path: Path, now: float) -> float:
+def _age(place: Entry, now: float) -> float:
     try:
-        return now - os.lstat(path).st_mtime
+        return now - place.lstat().st_mtime
     except FileNotFoundError:
         return 0.0  # published or removed while we looked
 
@@ -309,20 +317,20 @@ def purge(
     `budget`, each job's tree is removed only that far; sweeps finish the rest."""
     if not state.terminal:
         raise WrongState(f"cannot purge {state.value} jobs: only done and dead jobs can be purged")
-    victims = [(path, job_id) for path, job_id in view.entries(folder, state) if now - _last_change(path) >= older_than]
+    victims = [(place, job_id) for place, job_id in view.entries(folder, state) if _old(place, now, older_than)]
     if dry_run:
         return sorted(job_id for _, job_id in victims)
     purged = []
-    for path, job_id in victims:
+    for place, job_id in victims:
         doomed = folder.tmp / f"{PURGE_PREFIX}{job_id}"
         # The record first: a job never vanishes unrecorded. On a full disk its line may need a
         # block that only deleting can free: free the job's own output first (it is going anyway).
-        _when_full_free_first(path, functools.partial(_record_purge, folder, job_id, state.value, now))
+        _when_full_free_first(place, functools.partial(_record_purge, folder, job_id, state.value, now))
         try:
-            _when_full_free_first(path, functools.partial(folder.move, path, doomed))
+            _when_full_free_first(place, functools.partial(folder.move, place, doomed))
         except FileNotFoundError:
             continue
-        files.remove_quietly(doomed, budget)
+        files.remove_quietly(doomed.name, budget, doomed.dir.fd)
         purged.append(job_id)
     return sorted(purged)
 
@@ -330,29 +338,37 @@ def purge(
 TREE_BUDGET = 2_000  # entries of one purged tree a sweep removes, at most (about 0.2 s)
 
 
-def _when_full_free_first(job_dir: Path, step: Callable[[], None]) -> None:
-    """Run `step`; if the disk is full, delete the output files of `job_dir` and run it again."""
+def _when_full_free_first(place: Entry, step: Callable[[], None]) -> None:
+    """Run `step`; if the disk is full, delete the output files of the job at `place` and run it again."""
     try:
         step()
     except OSError as exc:
         if exc.errno not in FULL:
             raise
-        log.warning("the disk holding %s is full: deleting the output of %s first", job_dir.parent, job_dir.name)
-        _free_output(job_dir)
+        log.warning("the disk holding %s is full: deleting the output of %s first", place.dir.path, place.name)
+        _free_output(place)
         step()
 
 
-def _free_output(job_dir: Path) -> None:
+def _free_output(place: Entry) -> None:
     """Delete what takes room in a job being purged: its runs' stdout, stderr and results
     (regular files only; links and anything planted are left to the tree's removal)."""
-    for run in view.attempt_dirs(job_dir):
-        for name in ("stdout", "stderr", RESULT_FILE):
-            files.unlink_regular(run / name)
-    files.unlink_regular(job_dir / RESULT_FILE)
+    with place.open() as job:
+        for name in view.attempt_names(job):
+            with job.sub(name) as run:
+                for output in ("stdout", "stderr", RESULT_FILE):
+                    files.unlink_regular(output, run.fd)
+        files.unlink_regular(RESULT_FILE, job.fd)
 
 
-def _last_change(job_dir: Path) -> float:
+def _old(place: Entry, now: float, older_than: float) -> bool:
+    """Whether the job at `place` last changed over `older_than` seconds before `now`."""
     try:
-        return os.stat(job_dir / EVENTS_FILE).st_mtime
+        with place.open() as job:
+            try:
+                changed = job.lstat(EVENTS_FILE).st_mtime
+            except FileNotFoundError:
+                changed = os.fstat(job.fd).st_mtime
     except FileNotFoundError:
-        return os.stat(job_dir).st_mtime
+        return False  # moved meanwhile
+    return now - changed >= older_than

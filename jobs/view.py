@@ -12,14 +12,16 @@ from __future__ import annotations
 import heapq
 import os
 import re
+import stat
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from jobs import document, files, incoming
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
+from jobs.handles import Dir, Entry
 from jobs.job import (
     Attempt,
     Job,
@@ -51,33 +53,48 @@ def job_id_of(state: State, name: str) -> str | None:
     return name if is_job_id(name) else None
 
 
-def owner_dirs(folder: QueueFolder) -> Iterator[Path]:
+def owner_dirs(folder: QueueFolder) -> Iterator[Entry]:
     """Every folder under `claimed/` (owners, and owners being reaped)."""
-    with os.scandir(folder.state_dir(State.CLAIMED)) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
-                yield Path(entry.path)
+    claimed = folder.at(State.CLAIMED)
+    with claimed.scandir() as entries:
+        names = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for name in names:
+        yield claimed / name
 
 
-def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Path, str]]:
-    """(path, job id) of every well-formed job directory in one state."""
-    parents = list(owner_dirs(folder)) if state is State.CLAIMED else [folder.state_dir(state)]
-    for parent in parents:
-        yield from entries_in(parent, state)
+def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Entry, str]]:
+    """(place, job id) of every well-formed job directory in one state."""
+    if state is not State.CLAIMED:
+        yield from entries_in(folder.at(state), state)
+        return
+    for owner in owner_dirs(folder):
+        yield from entries_in(owner, state)
 
 
-def entries_in(parent: Path, state: State, check_dirs: bool = True) -> Iterator[tuple[Path, str]]:
-    """(path, job id) of the well-named entries of one folder of `state` (an owner's
-    folder for CLAIMED); `check_dirs=False` skips the per-entry type check."""
-    try:
-        with os.scandir(parent) as found:
-            named = [(entry, job_id_of(state, entry.name)) for entry in found]
-    except FileNotFoundError:
-        return  # an owner folder fenced or retired while we looked
+def entries_in(parent: Dir | Entry, state: State, check_dirs: bool = True) -> Iterator[tuple[Entry, str]]:
+    """(place, job id) of the well-named entries of one folder of `state` (an owner's
+    folder, given as an Entry, for CLAIMED); `check_dirs=False` skips the per-entry type check."""
+    if isinstance(parent, Entry):
+        base, prefix = parent.dir, f"{parent.name}/"
+        try:
+            opened = parent.open()
+        except FileNotFoundError:
+            return  # an owner folder fenced or retired while we looked
+    else:
+        base, prefix, opened = parent, "", parent
     is_job = _is_submission if state is State.INCOMING else _is_folder
-    for entry, job_id in named:
-        if job_id and (not check_dirs or is_job(entry)):
-            yield Path(entry.path), job_id
+    try:
+        with opened.scandir() as found:  # types are read while the folder's handle is open
+            named = [
+                (entry.name, job_id)
+                for entry in found
+                if (job_id := job_id_of(state, entry.name)) and (not check_dirs or is_job(entry))
+            ]
+    finally:
+        if opened is not parent:
+            opened.close()
+    for name, job_id in named:
+        yield base / f"{prefix}{name}", job_id
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:
@@ -92,7 +109,7 @@ def _is_submission(entry: os.DirEntry[str]) -> bool:
 LOCATE_PASSES = 3
 
 
-def locate(folder: QueueFolder, job_id: str) -> tuple[State, Path]:
+def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
     """Find which state folder holds `job_id`; raise JobNotFound if none does.
 
     The folders are looked at one after another, so a job moving into one already
@@ -107,112 +124,131 @@ def locate(folder: QueueFolder, job_id: str) -> tuple[State, Path]:
     raise JobNotFound(f"no job {job_id} in queue {folder.path}: not in ready, scheduled, claimed, done or dead")
 
 
-def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Path] | None:
+def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Entry] | None:
     for state in (State.DONE, State.DEAD):
-        path = folder.state_dir(state) / job_id
-        if path.is_dir() and not path.is_symlink():
-            return state, path
-    guess = folder.state_dir(State.READY) / ready_name(job_id, 0)
-    if guess.is_dir() and not guess.is_symlink():
-        return State.READY, guess
-    for owner_dir in owner_dirs(folder):
-        path = owner_dir / job_id
-        if path.is_dir() and not path.is_symlink():
-            return State.CLAIMED, path
+        if folder.at(state).is_dir(job_id):
+            return state, folder.at(state) / job_id
+    ready = folder.at(State.READY)
+    if ready.is_dir(ready_name(job_id, 0)):
+        return State.READY, ready / ready_name(job_id, 0)
+    for owner in owner_dirs(folder):
+        place = owner.dir / f"{owner.name}/{job_id}"
+        if place.is_dir():
+            return State.CLAIMED, place
     for state in (State.READY, State.SCHEDULED):
-        for path, found in entries(folder, state):
+        for place, found in entries(folder, state):
             if found == job_id:
-                return state, path
+                return state, place
     # Last: a published place wins over a take-in's leftover file of the same job.
+    submissions = folder.at(State.INCOMING)
     for name in (f"{job_id}.json", f"{incoming.TAKING}{job_id}.json"):  # a member's, not taken in yet
-        path = folder.state_dir(State.INCOMING) / name
-        if path.is_file() and not path.is_symlink():
-            return State.INCOMING, path
+        if _is_file(submissions, name):
+            return State.INCOMING, submissions / name
     return None
 
 
-def read_job(folder: QueueFolder, state: State, path: Path) -> Job:
-    """The view of the job directory at `path`, which is in `state`."""
-    job_id = job_id_of(state, path.name)
-    if job_id is None:
-        raise JobNotFound(f"{path} is not a job directory")
-    if state is State.INCOMING:
-        return _submission(path, job_id)
+def _is_file(folder: Dir, name: str) -> bool:
     try:
-        spec = folder.read_spec(path, job_id)
+        return stat.S_ISREG(folder.lstat(name).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def read_job(folder: QueueFolder, state: State, place: Entry) -> Job:
+    """The view of the job at `place`, which is in `state`."""
+    job_id = job_id_of(state, os.path.basename(place.name))
+    if job_id is None:
+        raise JobNotFound(f"{place.path} is not a job directory")
+    if state is State.INCOMING:
+        return _submission(place, job_id)
+    with place.open() as job:
+        return _read_open_job(folder, state, place, job, job_id)
+
+
+def _read_open_job(folder: QueueFolder, state: State, place: Entry, job: Dir, job_id: str) -> Job:
+    try:
+        spec = folder.read_spec(job, job_id)
     except InvalidJob:
         spec = JobSpec(id=job_id, function="?")
-    history = _attempts(path)
+    path = Path(place.path)
+    history = _attempts(job, path)
     return Job(
         id=job_id,
         state=state,
         path=path,
         spec=spec,
-        attempts=_counter_or_zero(folder, path),
+        attempts=_counter_or_zero(folder, job),
         history=history,
-        result=_read_json(path / RESULT_FILE, MAX_RESULT_BYTES) if state is State.DONE else None,
-        error=_read_json(path / ERROR_FILE, 1 << 20) if state is State.DEAD else None,
+        result=_read_json(job, RESULT_FILE, MAX_RESULT_BYTES) if state is State.DONE else None,
+        error=_read_json(job, ERROR_FILE, 1 << 20) if state is State.DEAD else None,
         owner=path.parent.name if state is State.CLAIMED else None,
-        policy=recorded_policy(path, history[-1].number) if history else None,
+        policy=recorded_policy(job, history[-1].number) if history else None,
     )
 
 
-def _submission(path: Path, job_id: str) -> Job:
+def _submission(place: Entry, job_id: str) -> Job:
     """The view of a member's submission not taken in yet: its spec, nothing run."""
     try:
-        spec = incoming.read_spec(path, job_id)
+        spec = incoming.read_spec(place, job_id)
     except (InvalidJob, OSError):
         spec = JobSpec(id=job_id, function="?")
-    return Job(id=job_id, state=State.INCOMING, path=path, spec=spec, attempts=0, history=())
+    return Job(id=job_id, state=State.INCOMING, path=Path(place.path), spec=spec, attempts=0, history=())
 
 
-def read_moving(folder: QueueFolder, state: State, path: Path) -> Job | None:
+def read_moving(folder: QueueFolder, state: State, place: Entry) -> Job | None:
     """`read_job`, or None when the job moved while it was read (its view would be torn)."""
     try:
-        job = read_job(folder, state, path)
+        job = read_job(folder, state, place)
+        still = place.lstat()
     except FileNotFoundError:
         return None
-    return job if path.is_dir() or (state is State.INCOMING and path.is_file()) else None
+    kind_ok = stat.S_ISREG(still.st_mode) if state is State.INCOMING else stat.S_ISDIR(still.st_mode)
+    return job if kind_ok else None
 
 
-def _counter_or_zero(folder: QueueFolder, job_dir: Path) -> int:
+def _counter_or_zero(folder: QueueFolder, job: Dir) -> int:
     try:
-        return folder.read_counter(job_dir)
+        return folder.read_counter(job)
     except InvalidJob:
         return 0  # a reader shows the job; the next claim or sweep buries it with the cause
 
 
-def _attempts(job_dir: Path) -> tuple[Attempt, ...]:
+def _attempts(job: Dir, path: Path) -> tuple[Attempt, ...]:
     found = []
-    with os.scandir(job_dir) as entries_:
-        for entry in entries_:
-            match = _ATTEMPT_RE.match(entry.name)
-            if match and entry.is_dir(follow_symlinks=False):
-                outcome = _read_json(Path(entry.path) / OUTCOME_FILE, 1 << 20)
-                found.append(Attempt(int(match[1]), Path(entry.path), outcome))
+    for number in _attempt_numbers(job):
+        name = f"attempt-{number}"
+        try:
+            with job.sub(name) as run:
+                outcome = _read_json(run, OUTCOME_FILE, 1 << 20)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # removed meanwhile
+        found.append(Attempt(number, path / name, outcome))
     return tuple(sorted(found, key=lambda attempt: attempt.number))
 
 
-def attempt_dirs(job_dir: Path) -> list[Path]:
-    """The `attempt-N` folders of a job (real folders only, never links)."""
-    with os.scandir(job_dir) as found:
-        return [Path(e.path) for e in found if _ATTEMPT_RE.match(e.name) and e.is_dir(follow_symlinks=False)]
-
-
-def last_attempt(job_dir: Path) -> int:
-    """The number of the newest `attempt-N` folder (0 if none); links and files do not count."""
-    with os.scandir(job_dir) as found:
-        numbers = [
+def _attempt_numbers(job: Dir) -> list[int]:
+    """The numbers of a job's `attempt-N` folders (real folders only, never links)."""
+    with job.scandir() as found:
+        return [
             int(match[1])
             for entry in found
             if (match := _ATTEMPT_RE.match(entry.name)) and entry.is_dir(follow_symlinks=False)
         ]
-    return max(numbers, default=0)
 
 
-def _read_json(path: Path, limit: int) -> Any:
+def attempt_names(job: Dir) -> list[str]:
+    """The names of a job's `attempt-N` folders (real folders only, never links)."""
+    return [f"attempt-{number}" for number in _attempt_numbers(job)]
+
+
+def last_attempt(job: Dir) -> int:
+    """The number of the newest `attempt-N` folder (0 if none); links and files do not count."""
+    return max(_attempt_numbers(job), default=0)
+
+
+def _read_json(folder: Dir, name: str, limit: int) -> Any:
     try:
-        return document.read(path, limit, path.name)
+        return document.read(name, limit, name, folder.fd)
     except FileNotFoundError:
         return None
     except InvalidJob as exc:
@@ -221,39 +257,45 @@ def _read_json(path: Path, limit: int) -> Any:
 
 def count(folder: QueueFolder) -> dict[str, int]:
     """Number of jobs in each state, by state name."""
-    counts = {state.value: _count_subdirs(folder.state_dir(state)) for state in State if state is not State.CLAIMED}
-    counts[State.CLAIMED.value] = sum(_count_subdirs(owner) for owner in owner_dirs(folder))
-    counts[State.INCOMING.value] = sum(1 for _ in entries_in(folder.state_dir(State.INCOMING), State.INCOMING))
+    counts = {state.value: _count_subdirs(folder.at(state)) for state in State if state is not State.CLAIMED}
+    counts[State.CLAIMED.value] = 0
+    for owner in owner_dirs(folder):
+        try:
+            with owner.open() as opened:
+                counts[State.CLAIMED.value] += _count_subdirs(opened)
+        except FileNotFoundError:
+            pass  # an owner folder fenced or retired while we counted (counts are a snapshot)
+    counts[State.INCOMING.value] = sum(1 for _ in entries_in(folder.at(State.INCOMING), State.INCOMING))
     return {state.value: counts[state.value] for state in State}
 
 
-def _count_subdirs(path: Path) -> int:
-    try:
-        links = os.stat(path).st_nlink
-    except FileNotFoundError:
-        return 0  # an owner folder fenced or retired while we counted (counts are a snapshot)
+def _count_subdirs(folder: Dir) -> int:
+    links = os.fstat(folder.fd).st_nlink
     if links >= 2:  # ext4 and most local file systems: 2 + number of subfolders
         return links - 2
-    try:
-        with os.scandir(path) as found:  # btrfs and overflowed ext4 report 1
-            return sum(1 for entry in found if entry.is_dir(follow_symlinks=False))
-    except FileNotFoundError:
-        return 0
+    with folder.scandir() as found:  # btrfs and overflowed ext4 report 1
+        return sum(1 for entry in found if entry.is_dir(follow_symlinks=False))
 
 
-def stray_names(owner_dir: Path) -> Iterator[str]:
+def stray_names(owner_dir: Dir) -> Iterator[str]:
     """Names in an owner folder other than its own files (jobs and strays)."""
-    for name in os.listdir(owner_dir):
+    for name in owner_dir.names():
         if name not in OWNER_FILES and not name.startswith("."):
             yield name
 
 
-def recorded_policy(job_dir: Path, run: int) -> Policy | None:
-    """The policy run `run` was started under (its `policy.json`), or None if it recorded none."""
+def recorded_policy(job: Dir, run: int) -> Policy | None:
+    """The policy run `run` was started under (its `policy.json`), or None if it recorded none.
+    Only a file the job folder's owner wrote counts: a job run as its submitter owns its run's
+    folder, and must not raise its own attempt limit by writing one there."""
     if run < 1:
         return None
     try:
-        return Policy.from_json(files.read_limited(job_dir / f"attempt-{run}" / POLICY_FILE, 1 << 16))
+        with job.sub(f"attempt-{run}") as attempt:
+            data, status = files.read_regular(POLICY_FILE, 1 << 16, attempt.fd)
+        if status.st_uid != os.fstat(job.fd).st_uid:
+            return None
+        return Policy.from_json(data)
     except (OSError, InvalidJob):
         return None
 
@@ -267,6 +309,7 @@ class OwnerFolder:
     heartbeat: float | None  # the owner file's mtime (file system clock)
     functions: dict[str, dict[str, Any]] | None  # what it runs; None if it did not say
     reaping: bool
+    place: Entry = field(compare=False, repr=False)  # where it is, through the queue's handles
 
     def is_live(self, now: float, is_alive: Liveness) -> bool:
         """Serving now: not being reaped, within its lease, and not known dead."""
@@ -277,20 +320,28 @@ class OwnerFolder:
 
 def owner_folders(folder: QueueFolder) -> list[OwnerFolder]:
     """Every folder of `claimed/`, read without following links; unreadable parts are None."""
-    return [_owner_folder(path) for path in owner_dirs(folder)]
+    found = []
+    for place in owner_dirs(folder):
+        try:
+            with place.open() as opened:
+                found.append(_owner_folder(place, opened))
+        except FileNotFoundError:
+            continue  # retired or fenced meanwhile
+    return found
 
 
-def _owner_folder(path: Path) -> OwnerFolder:
+def _owner_folder(place: Entry, opened: Dir) -> OwnerFolder:
     try:
-        heartbeat: float | None = os.lstat(path / OWNER_FILE).st_mtime
-        owner: Owner | None = Owner.from_json(files.read_limited(path / OWNER_FILE, 1 << 16))
+        heartbeat: float | None = opened.lstat(OWNER_FILE).st_mtime
+        owner: Owner | None = Owner.from_json(files.read_limited(OWNER_FILE, 1 << 16, opened.fd))
     except (OSError, InvalidJob):
         heartbeat, owner = None, None
-    return OwnerFolder(path, owner, heartbeat, _advertised(path), path.name.startswith(REAPING_PREFIX))
+    reaping = place.name.startswith(REAPING_PREFIX)
+    return OwnerFolder(Path(place.path), owner, heartbeat, _advertised(opened), reaping, place)
 
 
-def _advertised(owner_dir: Path) -> dict[str, dict[str, Any]] | None:
-    document = _read_json(owner_dir / FUNCTIONS_FILE, 1 << 20)
+def _advertised(owner_dir: Dir) -> dict[str, dict[str, Any]] | None:
+    document = _read_json(owner_dir, FUNCTIONS_FILE, 1 << 20)
     functions = document.get("functions") if isinstance(document, dict) else None
     if not isinstance(functions, dict):
         return None
@@ -321,7 +372,8 @@ def effective_policy(folder: QueueFolder, job: Job, served: Mapping[str, Mapping
 def head_functions(folder: QueueFolder, limit: int) -> tuple[int, dict[str, int]]:
     """The functions named by the first `limit` ready jobs in claim order: (jobs read, count per
     function). Jobs nobody can run gather at the head, since every other job is claimed past them."""
-    with os.scandir(folder.state_dir(State.READY)) as found:
+    ready = folder.at(State.READY)
+    with ready.scandir() as found:
         head = heapq.nsmallest(limit, (entry.name for entry in found))
     counts: dict[str, int] = {}
     read = 0
@@ -330,7 +382,8 @@ def head_functions(folder: QueueFolder, limit: int) -> tuple[int, dict[str, int]
         if job_id is None:
             continue
         try:
-            function = folder.read_spec(folder.state_dir(State.READY) / name, job_id).function
+            with ready.sub(name) as job:
+                function = folder.read_spec(job, job_id).function
         except (InvalidJob, OSError):
             continue  # claimed meanwhile, or malformed (a claim buries it)
         counts[function] = counts.get(function, 0) + 1

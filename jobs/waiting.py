@@ -8,7 +8,6 @@ a ceiling that grows with the number of jobs still pending.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -26,7 +25,7 @@ Progress = Callable[[dict[str, State], int], None]  # finished so far, number st
 def finished_state(folder: QueueFolder, job_id: str) -> State | None:
     """`State.DONE` or `State.DEAD` if the job is there now, else None."""
     for state in (State.DONE, State.DEAD):
-        if os.path.isdir(folder.state_dir(state) / job_id):
+        if folder.at(state).is_dir(job_id):
             return state
     return None
 

@@ -20,44 +20,51 @@ import os
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import TextIO
 
 from setproctitle import setproctitle
 
 from jobs import CannotComplete, Claim, Command, Registered
-from jobs.files import replace_file, write_new
+from jobs.files import replace_file, unlink_if_there, write_new
+from jobs.handles import open_below
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
+from supervisor.privileges import Identity, become_in_child, clean_environment, hand_over
 
 CHILD_ERROR_FILE = "error.json"
+RESULT_FILE = "result.json"
 PID_FILE = "pid"
 EXIT_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
 
 
-def run_attempt(claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600) -> int:
-    """Run one attempt of a Python job; return the exit status for `os._exit`."""
-    if not _begin(claim, file_mode):
+def run_attempt(
+    claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600, identity: Identity | None = None
+) -> int:
+    """Run one attempt of a Python job (as `identity`, if given); return the exit status for `os._exit`."""
+    run = _begin(claim, file_mode, identity)
+    if run is None:
         return EXIT_ORPHANED
     spec = claim.spec
     try:
         value = registered.fn(*spec.args, **spec.kwargs)
     except CannotComplete as exc:
-        return _failed(claim.attempt_path, exc, EXIT_CANNOT_COMPLETE, file_mode)
+        return _failed(run, exc, EXIT_CANNOT_COMPLETE, file_mode)
     except SystemExit as exc:
         if exc.code in (None, 0):
             return EXIT_OK
         code = exc.code if isinstance(exc.code, int) and 1 <= exc.code <= 255 else EXIT_FAILED
-        return _failed(claim.attempt_path, exc, code, file_mode)  # an exit status is 8 bits: 256 would read as success
+        return _failed(run, exc, code, file_mode)  # an exit status is 8 bits: 256 would read as success
     except BaseException as exc:
-        return _failed(claim.attempt_path, exc, EXIT_FAILED, file_mode)
+        return _failed(run, exc, EXIT_FAILED, file_mode)
     finally:
         _flush()
-    return _write_result(claim.attempt_path, value, durable, file_mode)
+    return _write_result(run, value, durable, file_mode)
 
 
-def run_command(claim: Claim, command: Command, file_mode: int = 0o600) -> int:
-    """Exec a command job's program in this child; return an exit status only if exec failed."""
-    if not _begin(claim, file_mode):
+def run_command(claim: Claim, command: Command, file_mode: int = 0o600, identity: Identity | None = None) -> int:
+    """Exec a command job's program in this child (as `identity`, if given, in a clean
+    environment); return an exit status only if exec failed."""
+    run = _begin(claim, file_mode, identity)
+    if run is None:
         return EXIT_ORPHANED
     try:
         stdin = os.open(os.devnull, os.O_RDONLY)
@@ -67,13 +74,14 @@ def run_command(claim: Claim, command: Command, file_mode: int = 0o600) -> int:
             signal.signal(signum, signal.SIG_DFL)  # Python ignores these; the program must not inherit that
         if command.cwd is not None:
             _enter(command.cwd)
-        os.execvpe(command.argv[0], command.argv, {**os.environ, **command.env})
+        base = dict(os.environ) if identity is None else clean_environment(identity)
+        os.execvpe(command.argv[0], command.argv, {**base, **command.env})
     except CannotRun as exc:
-        return _failed(claim.attempt_path, exc, EXIT_CANNOT_EXEC, file_mode)
+        return _failed(run, exc, EXIT_CANNOT_EXEC, file_mode)
     except OSError as exc:
         error = CannotRun(f"cannot run {command.argv[0]!r}: {exc.strerror}")
         code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC
-        return _failed(claim.attempt_path, error, code, file_mode)
+        return _failed(run, error, code, file_mode)
     finally:
         _flush()
     return EXIT_CANNOT_EXEC  # not reached: exec returns only by raising
@@ -90,36 +98,45 @@ def _enter(folder: str) -> None:
         raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
-def _begin(claim: Claim, file_mode: int) -> bool:
-    """What every job's child does first: title, output, pid, environment. (Its own random
-    stream it already has: `random` reseeds itself in every forked child.)
-    False if the attempt's folder is gone: a sweeper took the claim back before we started."""
+def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | None:
+    """What every job's child does first: title, output, pid, the user it runs as (given an
+    `identity`, the run's folder and output become theirs, then the child becomes them),
+    environment. (Its own random stream it already has: `random` reseeds itself in every
+    forked child.) Return the descriptor of the run's folder, through which every file of
+    the run is written; None if the folder is gone: a sweeper took the claim back before we started."""
     setproctitle(
         f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.policy.max_attempts}"
     )
-    # Plain strings, not Path objects, from here: every object a child makes costs it
-    # copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
-    attempt = str(claim.attempt_path)
+    # Plain strings and descriptors, not objects, from here: every object a child makes costs
+    # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     try:
-        _redirect_output(attempt, file_mode)
+        run = open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.attempt}")
+        _redirect_output(run, file_mode)
     except FileNotFoundError:
-        return False
+        return None
     try:
-        write_new(f"{attempt}/{PID_FILE}", f"{os.getpid()}\n".encode(), durable=False, mode=file_mode)
+        write_new(PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=file_mode, dir_fd=run)
     except OSError:
         pass  # only `forkvisor status` reads it; the job runs anyway
+    if identity is not None:
+        hand_over(run, ("stdout", "stderr", PID_FILE), identity)
+        become_in_child(identity)  # before any of the job's code runs
+    attempt = str(claim.attempt_path)
     os.environ.update(
         FORKVISOR_QUEUE=attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
         FORKVISOR_JOB_ID=claim.job_id,
         FORKVISOR_ATTEMPT=str(claim.attempts),
         FORKVISOR_ATTEMPT_DIR=attempt,
     )
-    return True
+    return run
 
 
-def _redirect_output(attempt: str, file_mode: int) -> None:
+_OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+
+
+def _redirect_output(run: int, file_mode: int) -> None:
     for fd, name in ((1, "stdout"), (2, "stderr")):
-        target = os.open(f"{attempt}/{name}", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, file_mode)
+        target = os.open(name, _OUTPUT, file_mode, dir_fd=run)
         if file_mode & 0o077:
             os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
         if target != fd:  # the manager ran with fd 1 or 2 closed: open() took that very number
@@ -142,22 +159,22 @@ def _line_buffered(stream: TextIO, fd: int) -> TextIO:
     return open(fd, "w", buffering=1, closefd=False)  # lives until os._exit
 
 
-def _write_result(attempt: Path, value: object, durable: bool, file_mode: int) -> int:
+def _write_result(run: int, value: object, durable: bool, file_mode: int) -> int:
     try:
         data = json.dumps(value, allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
         message = f"the return value cannot be encoded as JSON ({exc}); return plain data (dict, list, str, number)"
-        return _failed(attempt, TypeError(message), EXIT_FAILED, file_mode)
+        return _failed(run, TypeError(message), EXIT_FAILED, file_mode)
     try:
-        write_new(attempt / "result.json", data + b"\n", durable=durable, mode=file_mode)
+        write_new(RESULT_FILE, data + b"\n", durable=durable, mode=file_mode, dir_fd=run)
     except OSError as exc:  # disk full, say: a truncated result must never complete the job
-        (attempt / "result.json").unlink(missing_ok=True)
+        unlink_if_there(RESULT_FILE, run)
         error = OSError(exc.errno, f"cannot write result.json: {exc.strerror}")
-        return _failed(attempt, error, EXIT_FAILED, file_mode)
+        return _failed(run, error, EXIT_FAILED, file_mode)
     return EXIT_OK
 
 
-def _failed(attempt: Path, exc: BaseException, code: int, file_mode: int) -> int:
+def _failed(run: int, exc: BaseException, code: int, file_mode: int) -> int:
     """Record the exception for the manager, print its traceback to stderr, return `code`.
     Neither may fail the protocol: on a full disk the exit status alone still tells."""
     trace = "".join(traceback.format_exception(exc))
@@ -169,7 +186,7 @@ def _failed(attempt: Path, exc: BaseException, code: int, file_mode: int) -> int
     error = {"type": type(exc).__name__, "message": str(exc), "traceback": trace}
     try:
         data = json.dumps(error, indent=1, default=repr).encode()
-        replace_file(attempt / CHILD_ERROR_FILE, data, durable=False, mode=file_mode)  # never torn
+        replace_file(CHILD_ERROR_FILE, data, durable=False, mode=file_mode, dir_fd=run)  # never torn
     except OSError:
         pass
     return code

@@ -15,6 +15,10 @@ class ConfigError(SupervisorError, ValueError):
     """A manager setting is out of range or contradicts another."""
 
 
+class NoSuchUser(SupervisorError):
+    """A job is to run as a user this host does not know (`--run-as-submitter`)."""
+
+
 class Stalled(SupervisorError):
     """A --burst manager made no progress for its stall timeout: the queue's file system kept failing."""
 

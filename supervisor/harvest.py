@@ -12,13 +12,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from jobs import COMMAND, Claim, InvalidJob, Queue, State, document
-from supervisor.child import CHILD_ERROR_FILE
+from jobs.handles import Dir
+from supervisor.child import CHILD_ERROR_FILE, RESULT_FILE
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 
 STDERR_TAIL_BYTES = 4096
@@ -47,6 +47,23 @@ class Running:
 
 def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[str, Any]:
     """The `outcome.json` record of one attempt."""
+    run = _open_run(running.claim)
+    try:
+        return _outcome(running, status, now_wall, run)
+    finally:
+        if run is not None:
+            run.close()
+
+
+def _open_run(claim: Claim) -> Dir | None:
+    """The run's folder, opened through the queue's handles; None if it is gone (claim lost)."""
+    try:
+        return claim.run_place.open()
+    except OSError:
+        return None
+
+
+def _outcome(running: Running, status: ExitStatus, now_wall: float, run: Dir | None) -> dict[str, Any]:
     usage = status.rusage
     return {
         "run": running.claim.attempt,
@@ -56,8 +73,8 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
         "exit_code": status.code,
         "signal": status.signal.name if status.signal else None,
         "limit": running.limit,
-        "released": running.released and not is_success(running, status),
-        "succeeded": is_success(running, status),
+        "released": running.released and not is_success(running, status, run),
+        "succeeded": is_success(running, status, run),
         "host": host_name(),
         "pid": status.pid,
         "started": running.started_wall,
@@ -66,8 +83,8 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
         "cpu_user": round(usage.ru_utime, 6),
         "cpu_system": round(usage.ru_stime, 6),
         "max_rss_kb": usage.ru_maxrss,
-        "error": _recorded_error(running, status) or limit_error(running, status),
-        "stderr_tail": stderr_tail(running.claim.attempt_path),
+        "error": _recorded_error(status, run) or limit_error(running, status),
+        "stderr_tail": stderr_tail(run),
     }
 
 
@@ -88,12 +105,19 @@ def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str
     return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
 
 
-def is_success(running: Running, status: ExitStatus) -> bool:
-    """Exit 0 with no limit hit; or, stopped by a drain, a job that still returned its value."""
+def is_success(running: Running, status: ExitStatus, run: Dir | None = None) -> bool:
+    """Exit 0 with no limit hit; or, stopped by a drain, a job that still returned its value
+    (looked for in `run`, the run's folder, or through the claim)."""
     if status.code != EXIT_OK:
         return False
     if running.limit == "drain":
-        return (running.claim.attempt_path / "result.json").exists()
+        if run is not None:
+            return run.exists(RESULT_FILE)
+        opened = _open_run(running.claim)
+        if opened is None:
+            return False
+        with opened:
+            return opened.exists(RESULT_FILE)
     return running.limit is None
 
 
@@ -107,16 +131,16 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-def _recorded_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
+def _recorded_error(status: ExitStatus, run: Dir | None) -> dict[str, Any] | None:
     """The error the child recorded; a child that exited 0 recorded none (see `child`)."""
-    return None if status.code == EXIT_OK else child_error(running.claim.attempt_path)
+    return None if status.code == EXIT_OK or run is None else child_error(run)
 
 
-def child_error(attempt: Path) -> dict[str, Any] | None:
+def child_error(run: Dir) -> dict[str, Any] | None:
     """The error the child recorded, read as any file of the queue: safely (a job could put
     a link, a fifo or a deep document in its place)."""
     try:
-        error = document.read(attempt / CHILD_ERROR_FILE, MAX_ERROR_BYTES, CHILD_ERROR_FILE)
+        error = document.read(CHILD_ERROR_FILE, MAX_ERROR_BYTES, CHILD_ERROR_FILE, run.fd)
     except FileNotFoundError:
         return None
     except InvalidJob as exc:
@@ -151,10 +175,12 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     return {"type": "Crashed", "message": f"the job's process {status.describe()} without recording an error"}
 
 
-def stderr_tail(attempt: Path) -> str:
+def stderr_tail(run: Dir | None) -> str:
     """The last bytes of the attempt's stderr; plain descriptor calls, since it runs for every job."""
+    if run is None:
+        return ""
     try:
-        fd = os.open(attempt / "stderr", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open("stderr", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=run.fd)
     except OSError:
         return ""
     try:

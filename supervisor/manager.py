@@ -23,7 +23,6 @@ import logging
 import os
 import selectors
 import signal
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from setproctitle import setproctitle
 
 from jobs import (
     COMMAND,
+    DRAIN_FILE,
     Claim,
     ClaimLost,
     Command,
@@ -40,20 +40,20 @@ from jobs import (
     JobsError,
     Queue,
     QueueError,
+    QueueReplaced,
     Registry,
     State,
     UnknownCallable,
     storage_error,
 )
-from supervisor import forking, harvest, limits, liveness, sweeper
+from supervisor import forking, harvest, limits, liveness, privileges, sweeper
 from supervisor.child import run_attempt, run_command
-from supervisor.errors import ConfigError, Stalled
+from supervisor.errors import ConfigError, NoSuchUser, Stalled
 from supervisor.harvest import Running
 from supervisor.signals import SignalPipe
 from supervisor.watch import Watch, open_watch
 
 log = logging.getLogger(__name__)
-DRAIN_FILE = "drain"
 TAKE_IN_PER_TURN = 64
 FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
@@ -74,6 +74,7 @@ class Settings:
     retention: float | None = None  # purge done jobs older than this many seconds
     commands: bool = True  # run command jobs (see `jobs.command`)
     stall_timeout: float = 60.0  # --burst gives up when the store has failed this long without a success
+    run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
 
     def __post_init__(self) -> None:
         if not self.sweep_interval:
@@ -101,8 +102,15 @@ class Manager:
         self.registry = registry if registry is not None else Registry()
         stored = self.queue.settings
         settings = {"lease": stored["lease"], "retention": stored["retention"], **settings}
-        settings.setdefault("commands", not self.queue.folder.shared)
+        # A command job runs anything its user may: on a shared queue, only as its submitter.
+        settings.setdefault("commands", not self.queue.folder.shared or bool(settings.get("run_as_submitter")))
         self.settings = Settings(**settings)  # type: ignore[arg-type]  # checked by Settings itself
+        if self.settings.run_as_submitter and os.geteuid() != 0:
+            raise ConfigError(
+                f"--run-as-submitter needs a manager started as root (this is uid {os.geteuid()}): "
+                "only root can become each job's submitter"
+            )
+        self._identities = privileges.Identities()
         self.functions = Functions(self.registry, commands=self.settings.commands)
         self.running: dict[int, Running] = {}
         self.draining = False
@@ -123,6 +131,7 @@ class Manager:
         self._take_in_due = True  # members' submissions may wait in incoming/
         self._failing_since: float | None = None  # the store has failed since then, with no success
         self._last_failure = ""
+        self._replaced: QueueReplaced | None = None  # the queue's folders changed under us: drain, then fail
         self._title = ""
         self._title_prefix = f"forkvisor: manager {self.queue.path}"
 
@@ -187,6 +196,8 @@ class Manager:
                 self.step(timeout=None)
         finally:
             self.close()
+        if self._replaced is not None:
+            raise self._replaced
         if burst and self._stalled():
             raise Stalled(
                 f"gave up on {self.queue.path} after {self.settings.stall_timeout:g}s in which every change to it "
@@ -325,6 +336,7 @@ class Manager:
                     self._check_drain_file()
         if rescan:
             self._next_poll = now + self.settings.poll_interval
+            self._check_folders()
             self._check_drain_file()
             self._reload_settings()
             self._take_in_due = True
@@ -336,6 +348,7 @@ class Manager:
         try:
             handled = self.queue.take_in(budget=TAKE_IN_PER_TURN)
         except (OSError, JobsError) as exc:
+            self._store_failed(exc)
             log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
             handled = 0
         self._take_in_due = handled >= TAKE_IN_PER_TURN  # more may wait: again next turn, at once
@@ -356,13 +369,10 @@ class Manager:
         """Which drain file is there: `forkvisor drain` renames a new one into place each time,
         so a request is a change of file, whatever the clocks' granularity."""
         try:
-            found = os.stat(self.queue.path / DRAIN_FILE)
-        except FileNotFoundError:
-            return None
+            return self.queue.drain_request()
         except OSError as exc:  # the queue folder turned unreadable: no request can be seen
             log.error("cannot look for a drain request in %s: %s", self.queue.path, exc)
             return getattr(self, "_drain_at_start", None)  # as if unchanged (also while starting)
-        return found.st_ino, found.st_mtime_ns
 
     def _promote_own_retries(self) -> None:
         """Promote the retries this manager scheduled once due, by name, rather than wait
@@ -421,7 +431,7 @@ class Manager:
     def _launch(self, claim: Claim) -> None:
         try:
             body = self._child_body(claim)
-        except JobsError as exc:  # unknown function, malformed command
+        except (JobsError, NoSuchUser) as exc:  # unknown function, malformed command, no such submitter
             self._finish_unstarted(claim, exc)
             return
         try:
@@ -435,8 +445,9 @@ class Manager:
             log.info("%s started as pid %d", _job(claim), pid)
 
     def _child_body(self, claim: Claim) -> Callable[[], int]:
-        """What the job's child will run; raise JobsError if it cannot run here at all."""
+        """What the job's child will run; raise JobsError (or NoSuchUser) if it cannot run here at all."""
         folder = self.queue.folder
+        identity = self._identity(claim)
         if claim.spec.function == COMMAND:
             if not self.settings.commands:
                 why = f"the queue {folder.path} is shared" if folder.shared else "it was told not to (--no-commands)"
@@ -445,9 +456,17 @@ class Manager:
                     "start one with --commands to allow them, then `forkvisor retry` the job"
                 )
             command = Command.of(claim.spec)
-            return lambda: run_command(claim, command, folder.file_mode)
+            return lambda: run_command(claim, command, folder.file_mode, identity)
         registered = self.registry.get(claim.spec.function)
-        return lambda: run_attempt(claim, registered, folder.durable, folder.file_mode)
+        return lambda: run_attempt(claim, registered, folder.durable, folder.file_mode, identity)
+
+    def _identity(self, claim: Claim) -> privileges.Identity | None:
+        """Whom the job runs as with --run-as-submitter: the member who submitted it, or for
+        the owner's own jobs the queue's owner (None: as this manager)."""
+        if not self.settings.run_as_submitter:
+            return None
+        uid = claim.spec.submitted_by
+        return self._identities.of(self.queue.owner_uid if uid is None else uid)
 
     def _fork_failed(self, claim: Claim, exc: OSError) -> None:
         """Put the job back and stop claiming for a growing while, so a host out of
@@ -475,7 +494,7 @@ class Manager:
         except (OSError, JobsError) as exc:
             log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
 
-    def _finish_unstarted(self, claim: Claim, exc: JobsError) -> None:
+    def _finish_unstarted(self, claim: Claim, exc: Exception) -> None:
         error = {"type": type(exc).__name__, "message": str(exc)}
         try:
             self.queue.record_outcome(claim, {"run": claim.attempt, "started": False, "error": error})
@@ -577,6 +596,7 @@ class Manager:
         if now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.settings.lease / 3
+        self._check_folders()
         if not self._registered:
             self._register()
             return
@@ -592,11 +612,23 @@ class Manager:
             log.error("cannot renew the lease of %s: %s", self.owner.name, exc)
         self._check_claims(now)
 
+    def _check_folders(self) -> None:
+        """A queue folder replaced under us (moved, or a link put in its place) is one nobody
+        else sees: finish what runs, through the handles opened at the start, and stop."""
+        if self._replaced is not None:
+            return
+        try:
+            self.queue.check_folders()
+        except QueueReplaced as exc:
+            log.error("%s", exc)
+            self._replaced = exc
+            self.request_drain("the queue's folders were replaced")
+
     def _check_claims(self, now: float) -> None:
         """Stop children whose claim a sweeper took back, and those an operator cancelled."""
         for running in self.running.values():
             try:
-                held, cancelled = self._claim_state(running)
+                held, cancelled = self.queue.claim_state(running.claim)
             except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat
                 log.warning("cannot check the claim of job %s: %s", running.claim.job_id, exc)
                 continue
@@ -605,22 +637,6 @@ class Manager:
                 limits.signal_job(running, signal.SIGKILL)
             elif running.limit is None and cancelled:
                 limits.stop(running, "cancelled", now, self.settings.kill_grace)
-
-    @staticmethod
-    def _claim_state(running: Running) -> tuple[bool, bool]:
-        """Whether the job's folder is still where this owner put it, and whether it holds a
-        cancel; OSError when it cannot be looked at (not the same as gone)."""
-        path = running.claim.path
-        try:
-            if not stat.S_ISDIR(os.lstat(path).st_mode):
-                return False, False
-        except FileNotFoundError:
-            return False, False
-        try:
-            os.lstat(path / "cancel")
-        except FileNotFoundError:
-            return True, False
-        return True, True
 
     def _recover_from_reaping(self) -> None:
         """A sweeper judged us dead: our claims are void; start over as a new owner."""
@@ -632,7 +648,8 @@ class Manager:
         for running in self.running.values():
             running.lost = True
             limits.signal_job(running, signal.SIGKILL)
-        self._register()
+        if self._replaced is None:  # a queue replaced under us is left, not served anew
+            self._register()
 
     def _register(self) -> None:
         """Register as a new owner; on failure claim nothing and try again at the next heartbeat."""
@@ -667,8 +684,8 @@ class Manager:
 
     def _queue_is_done(self) -> bool:
         counts = self.queue.counts()
-        if counts["claimed"] or (counts["ready"] and self.queue.has_claimable()):
-            return False
+        if counts["claimed"] or counts["incoming"] or (counts["ready"] and self.queue.has_claimable()):
+            return False  # (members' submissions are taken in first: they may be this manager's to run)
         if not counts["scheduled"]:
             return True
         self.left_scheduled = self.queue.scheduled_after(time.time() + self.settings.horizon)

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from jobs import COMMAND, Job, Owner, Policy, Queue, State, files, view
+from jobs.handles import Entry
 from jobs.job import created_at
 from supervisor import liveness
 from supervisor.child import PID_FILE
@@ -91,7 +91,7 @@ def take(queue: Queue) -> Snapshot:
         if found.owner is None:
             continue  # retired or fenced as we looked, or not an owner: a sweeper deals with it
         managers.append(_manager_info(found, found.owner, now))
-        running += _running_jobs(queue, found.owner, found.path, now, served)
+        running += _running_jobs(queue, found.owner, found.place, now, served)
     unserved = _unserved(queue, folders, served, now)
     return Snapshot(str(queue.path), queue.counts(), managers, running, _oldest_ready_age(queue, now), unserved)
 
@@ -132,15 +132,14 @@ def _manager_info(found: view.OwnerFolder, owner: Owner, now: float) -> ManagerI
     )
 
 
-def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float, served: dict[str, Any]) -> list[RunningJob]:
+def _running_jobs(queue: Queue, owner: Owner, owner_dir: Entry, now: float, served: dict[str, Any]) -> list[RunningJob]:
     local = liveness.is_alive(owner) is not None
     found = []
-    for path, job_id in view.entries_in(owner_dir, State.CLAIMED):
-        job = view.read_moving(queue.folder, State.CLAIMED, path)
+    for place, job_id in view.entries_in(owner_dir, State.CLAIMED):
+        job = view.read_moving(queue.folder, State.CLAIMED, place)
         if job is None:
             continue  # finished as we looked
-        attempt_dir = path / f"attempt-{view.last_attempt(path)}"
-        pid, started = _pid_of(attempt_dir)
+        pid, started = _pid_of(place, job.history[-1].number if job.history else 0)
         cpu, rss = _tree_usage(pid, owner.pid) if local and pid is not None else (None, None)
         age = None if started is None else max(0.0, now - started)
         limit = view.effective_policy(queue.folder, job, served).max_attempts
@@ -150,10 +149,11 @@ def _running_jobs(queue: Queue, owner: Owner, owner_dir: Path, now: float, serve
     return found
 
 
-def _pid_of(attempt_dir: Path) -> tuple[int | None, float | None]:
+def _pid_of(job: Entry, run: int) -> tuple[int | None, float | None]:
     """The child's pid and start time, from the pid file it writes first thing."""
     try:
-        data, status = files.read_regular(attempt_dir / PID_FILE, 32)
+        with job.dir.sub(f"{job.name}/attempt-{run}") as attempt:
+            data, status = files.read_regular(PID_FILE, 32, attempt.fd)
         return int(data), status.st_mtime
     except (OSError, ValueError):
         return None, None  # not started yet, gone, or not a pid file
@@ -180,7 +180,7 @@ def _tree_usage(pid: int, manager_pid: int) -> tuple[float | None, int | None]:
 
 
 def _oldest_ready_age(queue: Queue, now: float) -> float | None:
-    ready = view.entries_in(queue.folder.state_dir(State.READY), State.READY, check_dirs=False)
+    ready = view.entries_in(queue.folder.at(State.READY), State.READY, check_dirs=False)
     oldest = min((job_id for _, job_id in ready), default=None)
     if oldest is None:
         return None

@@ -55,6 +55,7 @@ def purge_interval(retention: float | None, interval: float) -> float:
 def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: float | None) -> bool:
     """One sweep, and a retention purge unless `retention` is None; False if it failed."""
     try:
+        queue.check_folders()  # a replaced state folder is not swept through the old handle
         now = queue.filesystem_now()
         queue.folder.reload_settings()  # a lost run's attempt limit may come from them
         done = queue.sweep(now, liveness.is_alive, tmp_age, functions)

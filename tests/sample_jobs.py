@@ -157,6 +157,29 @@ def wait_release(ready: str, release: str) -> str:
     return "released"
 
 
+@registry.job(name="sample.whoami")
+def whoami() -> dict[str, Any]:
+    """Who the job's process is: its user, group, groups, and what its environment says."""
+    return {
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "gid": os.getgid(),
+        "groups": sorted(os.getgroups()),
+        "user": os.environ.get("USER"),
+        "home": os.environ.get("HOME"),
+    }
+
+
+@registry.job(name="sample.swap_own_run", max_attempts=1)
+def swap_own_run(victim: str) -> str:
+    """A hostile job: it puts a link to `victim` in the place of its own run folder (moving the
+    folder aside), so that whatever the manager writes for this run would land in `victim`."""
+    run = os.environ["FORKVISOR_ATTEMPT_DIR"]
+    os.rename(run, f"{run}.moved")
+    os.symlink(victim, run)
+    return "swapped"
+
+
 @registry.job(name="sample.fork_on_release")
 def fork_on_release(ready: str, release: str, forked: str) -> NoReturn:
     """Announce, wait for `release`, then fork one blocking grandchild (its pid goes to `forked`) and block.

@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import grp
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-from jobs import InvalidJobId, JobsError, Queue, State, config, files, format_duration, format_size
+from jobs import InvalidJobId, JobsError, Queue, State, config, format_duration, format_size
 from supervisor.cli.common import (
     EXIT_JOB_DEAD,
     EXIT_NOT_FOUND,
@@ -28,7 +27,6 @@ from supervisor.cli.common import (
     terminal_state,
 )
 from supervisor.cli.text import safe
-from supervisor.manager import DRAIN_FILE
 
 SETTINGS = config.SETTINGS
 UNSET = "default"  # `config QUEUE KEY default`: the built-in value again
@@ -149,10 +147,7 @@ def _shown(key: str, value: Any) -> str:
 
 def _drain(args: argparse.Namespace) -> int:
     queue = open_queue(args)
-    request = queue.path / DRAIN_FILE
-    data = f"drain requested at {time.time()}\n".encode()
-    # replace_file renames a new file into place each time, so watching managers see a change.
-    files.replace_file(request, data, durable=False, mode=queue.folder.file_mode)
+    queue.request_drain()
     print(f"asked every manager of {queue.path} to drain")
     return 0
 

@@ -9,11 +9,9 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, BinaryIO
 
-from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, files, format_duration, format_size
-from jobs.folder import EVENTS_FILE
+from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, format_duration, format_size
 from jobs.job import created_at
 from supervisor import snapshot
 from supervisor.cli.common import (
@@ -186,7 +184,7 @@ def _short(value: Any, limit: int = 60) -> str:
 def _show(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     job = queue.job(args.job)
-    events = _events(job.path)
+    events = queue.events(job.id, MAX_EVENTS_BYTES)
     served = snapshot.served(queue)
     policy = snapshot.policy_of(queue, job, served)
     if args.json:
@@ -281,14 +279,6 @@ def _values(policy: Policy) -> list[tuple[str, Any]]:
     return [(name, policy.to_json()[name]) for name in ("max_attempts", "timeout", "memory_limit", "backoff")]
 
 
-def _events(job_dir: Path) -> list[str]:
-    try:
-        data = files.read_limited(job_dir / EVENTS_FILE, MAX_EVENTS_BYTES)
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()
-
-
 # -- logs ---------------------------------------------------------------------------------
 
 
@@ -303,16 +293,15 @@ def _logs(args: argparse.Namespace) -> int:
         raise UsageError(f"job {job.id} has no run {number}; its runs are {', '.join(map(str, sorted(runs)))}")
     name = "stderr" if args.stderr else "stdout"
     write = _write_raw if args.raw or not sys.stdout.isatty() else _write_escaped
-    try:
-        fd = os.open(runs[number].path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
+    opened = queue.open_output(job.id, number, name)
+    if opened is None:
         return 0  # the run wrote nothing there (or had not started)
-    with os.fdopen(fd, "rb") as log:  # the descriptor follows the file when the job moves
+    with opened as log:  # the descriptor follows the file when the job moves
         if not stat.S_ISREG(os.fstat(log.fileno()).st_mode):
             raise UsageError(f"{name} of job {job.id} run {number} is not a regular file: nothing to show")
         _copy(log, write)
         if args.follow:
-            _follow(queue, job.id, runs[number].path.name, log, write)
+            _follow(queue, job.id, number, log, write)
     return 0
 
 
@@ -325,11 +314,11 @@ def _write_escaped(chunk: bytes) -> None:
     sys.stdout.write(safe_lines(chunk.decode("utf-8", "replace")))
 
 
-def _follow(queue: Queue, job_id: str, attempt_name: str, log: BinaryIO, write: Callable[[bytes], None]) -> None:
+def _follow(queue: Queue, job_id: str, run: int, log: BinaryIO, write: Callable[[bytes], None]) -> None:
     """Keep copying until the run is harvested (its outcome.json appears) or the job leaves claimed/."""
     while True:
         job = queue.job(job_id)
-        harvested = (job.path / attempt_name / "outcome.json").exists()
+        harvested = any(attempt.number == run and attempt.outcome is not None for attempt in job.history)
         if job.state is not State.CLAIMED or harvested:
             _copy(log, write)
             return

@@ -15,7 +15,7 @@ from types import ModuleType
 
 from jobs import Call, JobOptions, Queue, Registry, command_call
 from supervisor import privileges
-from supervisor.cli.common import Commands, Parser, add_command, add_queue, positive_duration
+from supervisor.cli.common import Commands, Parser, UsageError, add_command, add_queue, positive_duration
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
 from supervisor.snapshot import describe
@@ -55,15 +55,26 @@ def _add_run(commands: Commands[Parser]) -> None:
     run.add_argument(
         "--user", metavar="NAME", help="as root: become NAME (the queue's owner) before touching the queue or the app"
     )
+    run.add_argument(
+        "--run-as-submitter",
+        action="store_true",
+        help="as root, on a queue of root's: run each job as the member who submitted it (as at and Slurm do)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.user and args.run_as_submitter:
+        raise UsageError(
+            "--user and --run-as-submitter exclude each other: a manager either becomes one user, "
+            "or stays root to become each job's submitter"
+        )
     if args.user:
         privileges.become(args.user)  # first: nothing is read, imported or forked as root
     registry = load_app(args.app, args.path) if args.app else None
     queue = Queue(args.queue, create=False, durable=not args.no_durable)
     optional = {"lease": args.lease, "sweep_interval": args.sweep_interval, "retention": args.retention}
     optional["commands"] = args.commands
+    optional["run_as_submitter"] = args.run_as_submitter or None
     manager = Manager(
         queue,
         registry,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import jobs.files
+import jobs.handles
 from jobs import (
     ArgumentNotSerializable,
     BadArguments,
@@ -367,15 +368,25 @@ def test_a_batch_is_checked_before_anything_is_written(
 
 
 class _Counter:
-    """Counts calls to a function of `jobs.files` and calls it through."""
+    """Counts the file-system barriers a queue asks for: `files.sync_filesystem` (what it was
+    given) and each folder fsync (the folder's path), calling them through."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-        self.calls: list[Path] = []
+        self.calls: list[Any] = []
+        if name == "fsync_dir":
+            real_fsync = jobs.handles.Dir.fsync
+
+            def fsync(folder: jobs.handles.Dir) -> None:
+                self.calls.append(Path(folder.path))
+                real_fsync(folder)
+
+            monkeypatch.setattr(jobs.handles.Dir, "fsync", fsync)
+            return
         real = getattr(jobs.files, name)
 
-        def spy(path: Path) -> None:
-            self.calls.append(Path(path))
-            real(path)
+        def spy(target: Any) -> None:
+            self.calls.append(target)
+            real(target)
 
         monkeypatch.setattr(jobs.files, name, spy)
 
@@ -405,7 +416,7 @@ def test_enqueue_many_publishes_in_order_with_one_barrier(
     assert queue.job(ids[1]).spec.kwargs == {"priority": 3}
     assert queue.job(ids[1]).spec.priority == 0
     assert hand.names("tmp") == []
-    assert syncs.calls == [queue.path]
+    assert syncs.calls == [queue.folder.root.fd]  # one barrier, for the queue's file system
     assert sorted(dir_syncs.calls) == sorted([queue.path / "ready", queue.path / "scheduled"])
 
 

@@ -26,7 +26,7 @@ def test_the_enqueued_event_is_in_the_staging_folder_before_job_json(
     real_write_new = jobs.submit.files.write_new
 
     def write_new(path: Any, data: bytes, **kwargs: Any) -> None:
-        folder = os.path.dirname(os.fspath(path))
+        folder = kwargs["dir_fd"]  # the staging folder's handle: written through it
         seen_when_spec_written.append(sorted(os.listdir(folder)))  # the real folder, as it is now
         real_write_new(path, data, **kwargs)
 

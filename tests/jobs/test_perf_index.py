@@ -119,7 +119,7 @@ def test_own_enqueues_do_not_make_an_index_watched(tmp_path: Path) -> None:
     queue = Queue(tmp_path / "q")
     queue.enqueue("sample.echo")
     assert queue._index._watched is False  # a claimer without a watcher keeps the short rescans
-    index = ReadyIndex(tmp_path / "q" / "ready")
+    index = ReadyIndex(lambda: os.scandir(tmp_path / "q" / "ready"))
     index.note("100.x")
     assert index._watched is True
 
@@ -132,7 +132,7 @@ def test_an_index_keeps_more_names_from_a_bigger_folder(tmp_path: Path, clock: C
     names = [f"100.job-{number:04d}" for number in range(320)]
     for name in names:
         (ready / name).mkdir()
-    index = ReadyIndex(ready, limit=4)
+    index = ReadyIndex(lambda: os.scandir(ready), limit=4)
 
     def claim_next() -> str | None:
         name = index.pop()

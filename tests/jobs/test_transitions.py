@@ -267,7 +267,9 @@ def test_claim_finds_jobs_another_submitter_added_once_the_index_runs_dry(queue:
 def test_claim_order_with_an_index_smaller_than_ready(
     queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(queue, "_index", ReadyIndex(queue.path / "ready", limit=2))
+    index = ReadyIndex(lambda: os.scandir(queue.path / "ready"), limit=2)
+    monkeypatch.setattr(queue, "_index", index)
+    monkeypatch.setattr(queue._publisher, "_on_ready", index.add)  # what this queue publishes, its index hears of
     ids = [queue.enqueue("sample.echo") for _ in range(5)]
     assert claim_one(queue, owner).job_id == ids[0]  # the index holds ids[0:2] only
     urgent = queue.with_options(priority=1).enqueue("sample.echo")

@@ -57,10 +57,12 @@ def instrument_renames(root: Path) -> None:
     store makes, and `renamed:LABEL` just after it. The rename is the real one."""
     real_move = files.move
 
-    def move(src: Path, dst: Path) -> None:
-        label = rename_label(root, dst)
+    def move(src: str, dst: str, **handles: int | None) -> None:
+        folder = handles.get("dst_dir_fd")  # the store renames through its folder handles
+        target = Path(dst) if folder is None else Path(os.readlink(f"/proc/self/fd/{folder}")) / dst
+        label = rename_label(root, target)
         files.checkpoint(f"renaming:{label}")
-        real_move(src, dst)
+        real_move(src, dst, **handles)
         files.checkpoint(f"renamed:{label}")
 
     files.move = move
@@ -603,6 +605,17 @@ def stop_before(function: Callable[..., object], caller: str) -> None:
     sys.setprofile(profile)
 
 
+def stop_on_entering(function: str) -> None:
+    """In a child only: SIGSTOP this process as the Python function named `function` is entered."""
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name == function:
+            sys.setprofile(None)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    sys.setprofile(profile)
+
+
 def test_a_complete_that_loses_its_claim_half_way_raises_claim_lost(tmp_path: Path, children: Children) -> None:
     queue_path = tmp_path / "queue"
     queue = Queue(queue_path)
@@ -646,7 +659,7 @@ def test_a_sweep_survives_an_owner_retiring_under_it(tmp_path: Path, children: C
 
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
-        stop_before(os.lstat, "_why_gone")
+        stop_on_entering("_why_gone")
         result_file.write_text(json.dumps(child_queue.sweep(time.time(), unknown_liveness)))
 
     pid = children.fork(body)
