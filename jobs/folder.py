@@ -231,7 +231,7 @@ class QueueFolder:
         found = self._dirs.get(key)
         if found is None:
             try:
-                found = self._dirs[key] = self.root.sub(key)
+                found = self._dirs[key] = self.root.sub(key).pinned()
             except FileNotFoundError:
                 raise QueueError(
                     f"queue {self.path} has no {key}/ folder (its owner's `forkvisor init` makes it)"

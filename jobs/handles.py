@@ -15,24 +15,36 @@ from __future__ import annotations
 
 import os
 import stat
-import weakref
 from typing import NamedTuple
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Dir:
-    """An opened folder: its descriptor (`fd`), the path it was opened by (for messages and
-    for programs that need a path), and its identity when opened."""
+    """An opened folder: its descriptor (`fd`) and the path it was opened by (for messages
+    and for programs that need a path). Most live for one `with` block, on every job's
+    path, so a handle is as light as can be: a handle dropped unclosed is closed when it
+    is collected."""
 
-    __slots__ = ("__weakref__", "_close", "fd", "identity", "path")
+    __slots__ = ("_identity", "fd", "path")
 
     def __init__(self, fd: int, path: str) -> None:
         self.fd = fd
         self.path = path
-        status = os.fstat(fd)
-        self.identity = (status.st_dev, status.st_ino)
-        self._close = weakref.finalize(self, os.close, fd)  # a handle dropped unclosed is closed when collected
+        self._identity: tuple[int, int] | None = None
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """The folder's device and inode, read the first time they are asked for."""
+        if self._identity is None:
+            status = os.fstat(self.fd)
+            self._identity = (status.st_dev, status.st_ino)
+        return self._identity
+
+    def pinned(self) -> Dir:
+        """This handle, its identity read now: what `replaced` compares the name with later."""
+        _ = self.identity
+        return self
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, follow: bool = False) -> Dir:
@@ -40,7 +52,7 @@ class Dir:
         (A queue's own folder is opened following the path its user named: resolved once,
         as any program resolves its arguments, and checked through the handle.)"""
         flags = OPEN_DIR & ~os.O_NOFOLLOW if follow else OPEN_DIR
-        return cls(os.open(path, flags), os.path.abspath(path))
+        return cls(os.open(path, flags), os.path.abspath(path)).pinned()
 
     def sub(self, name: str) -> Dir:
         """Open the folder `name` inside this one (`name` may hold several parts, each reached
@@ -51,7 +63,16 @@ class Dir:
         return Entry(self, name)
 
     def close(self) -> None:
-        self._close()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
 
     def __enter__(self) -> Dir:
         return self
