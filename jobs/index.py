@@ -93,6 +93,10 @@ class ReadyIndex:
         """Never hand out `name` again while it stays in `ready/` (the claimer cannot run it)."""
         self._skipped.add(hash(name))
 
+    def is_skipped(self, name: str) -> bool:
+        """Whether `name` is still being skipped (it stays until a rescan no longer sees it)."""
+        return hash(name) in self._skipped
+
     @property
     def holds_names(self) -> bool:
         """Whether names are in hand (after a scan: whether it found any not skipped)."""

@@ -27,7 +27,8 @@ from jobs.errors import InvalidJob
 
 OWNER_FILE = ".owner.json"
 FUNCTIONS_FILE = ".functions.json"
-OWNER_FILES = (OWNER_FILE, FUNCTIONS_FILE)  # an owner folder's own files, beside its jobs
+SKIPPED_FILES = {"claims": ".skipped-claims.json", "sweep": ".skipped-sweep.json"}  # what it could not handle
+OWNER_FILES = (OWNER_FILE, FUNCTIONS_FILE, *SKIPPED_FILES.values())  # an owner folder's own files, beside its jobs
 REAPING_PREFIX = "reaping."
 DEFAULT_LEASE = 60.0  # for owners that do not say; a manager always gives its own
 _OWNER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\.\d{1,10}\.[0-9a-f]{6}$")

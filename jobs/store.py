@@ -57,7 +57,7 @@ from jobs.job import (
     ready_name,
     scheduled_name,
 )
-from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, Owner
+from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, SKIPPED_FILES, Owner
 from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
 from jobs.submit import Call, Publisher, Submitter
 
@@ -104,7 +104,8 @@ class Queue:
         self._index = ReadyIndex(lambda: folder.at(State.READY).scandir())
         self._publisher = Publisher(folder, self._index.add)  # its own entries: not a watcher's news
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
-        self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why
+        self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why (the first Skips.LIMIT)
+        self.last_sweep_skips = sweep.Skips()  # what the last sweep of this object skipped
         self.more_to_examine = False  # the last claim() stopped at its budget of jobs given back
         self._policies = PolicyMemo()
 
@@ -202,6 +203,16 @@ class Queue:
         except BaseException:
             files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # our own fresh folder (disk full, say)
             raise
+
+    def record_skipped(self, owner: str, source: str, skipped: Mapping[str, str], count: int | None = None) -> None:
+        """Keep in `owner`'s folder what it skipped (`source`: "claims" or "sweep"), for
+        `forkvisor status`; an owner folder gone meanwhile is no error (nothing to report)."""
+        document = {"count": len(skipped) if count is None else count, "skipped": dict(skipped)}
+        try:
+            with self.folder.at(State.CLAIMED).sub(owner) as owner_dir:
+                self.folder.write_json(owner_dir / SKIPPED_FILES[source], document)
+        except FileNotFoundError:
+            pass
 
     def heartbeat(self, owner: str) -> None:
         """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
@@ -302,14 +313,18 @@ class Queue:
         self.more_to_examine = False
         # At most one scan per call, and a bounded number of entries: entries that cannot be
         # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
-        while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
-            claim = self._claim_entry(owner, name, now, functions)
-            if isinstance(claim, Claim):
-                return claim
-            if (left := left - 1) == 0 or time.monotonic() > stop_at:
-                self.more_to_examine = True  # the caller comes back at once, after its other chores
-                return None
-        return None
+        try:
+            while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
+                claim = self._claim_entry(owner, name, now, functions)
+                if isinstance(claim, Claim):
+                    return claim
+                if (left := left - 1) == 0 or time.monotonic() > stop_at:
+                    self.more_to_examine = True  # the caller comes back at once, after its other chores
+                    return None
+            return None
+        finally:
+            if self.unclaimable and self._index.scans != scans:  # entries fixed or removed since are forgotten
+                self.unclaimable = {name: why for name, why in self.unclaimable.items() if self._index.is_skipped(name)}
 
     def _claim_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | object:
         """Claim one entry of `ready/`; quarantine it, bury it or give it back if it cannot
@@ -319,7 +334,8 @@ class Queue:
         except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
             # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
             self._index.skip(name)
-            self.unclaimable[name] = f"{exc.strerror or exc} ({os.path.basename(exc.filename or name)})"
+            if len(self.unclaimable) < sweep.Skips.LIMIT:
+                self.unclaimable[name] = f"{exc.strerror or exc} ({os.path.basename(exc.filename or name)})"
             log.warning("cannot claim ready/%r: %s; skipping it (see `forkvisor status`)", name, exc)
             self._return_if_held(owner, name)
             return None
@@ -761,10 +777,11 @@ class Queue:
         quarantine abandoned submissions. `now` is the file system's clock; `functions`
         resolve a lost run's policy when its claimer recorded none. Each chore runs even if
         another fails; the first failure is raised after all have run."""
+        skips = self.last_sweep_skips = sweep.Skips()
         chores: dict[str, Callable[[], int]] = {
-            "reverted": lambda: sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions),
-            "promoted": lambda: len(sweep.promote_due(self.folder, now, self._index.add)),
-            "abandoned": lambda: sweep.clear_tmp(self.folder, now, tmp_age),
+            "reverted": lambda: sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions, skips),
+            "promoted": lambda: len(sweep.promote_due(self.folder, now, self._index.add, skips)),
+            "abandoned": lambda: sweep.clear_tmp(self.folder, now, tmp_age, skips),
         }
         done: dict[str, int] = {}
         failure: BaseException | None = None

@@ -43,37 +43,52 @@ PURGE_PREFIX = ".purge."
 PURGED_LOG = "purged.log"
 
 
+STORE_WIDE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # not the entry's doing: the whole chore fails
+
+
+class Skips:
+    """The entries a sweep skipped, with why: one entry never stops a sweep, and what it
+    skipped is logged and kept here for `forkvisor status` (the first `LIMIT` of them)."""
+
+    LIMIT = 100
+
+    def __init__(self) -> None:
+        self.found: dict[str, str] = {}
+        self.count = 0
+
+    def guarded(self, what: str, name: str, action: Callable[..., T], *args: Any) -> T | None:
+        """`action(*args)` on one entry; if the entry is the problem (it cannot be read, moved
+        or parsed), log it, note it and go on with the next."""
+        try:
+            return action(*args)
+        except (OSError, JobsError) as exc:
+            if isinstance(exc, OSError) and exc.errno in STORE_WIDE:
+                raise
+            log.warning("skipping %s %r this sweep: %s", what, name, exc)
+            self.count += 1
+            if len(self.found) < self.LIMIT:
+                self.found[f"{what} {name!r}"] = str(exc)
+            return None
+
+
 def reap_owners(
     folder: QueueFolder,
     now: float,
     is_alive: Liveness,
     on_ready: Callable[[str], None],
     functions: Functions | None = None,
+    skips: Skips | None = None,
 ) -> int:
     """Return claims of dead or expired owners to the queue; return how many jobs moved.
     A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
     else the one `functions` and the queue resolve."""
-    revert = _Reverter(folder, on_ready, functions)
+    skips = skips or Skips()
+    revert = _Reverter(folder, on_ready, functions, skips)
     claimed = folder.at(State.CLAIMED)
     return sum(
-        guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or 0
+        skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or 0
         for name in claimed.names()
     )
-
-
-STORE_WIDE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # not the entry's doing: the whole chore fails
-
-
-def guarded(what: str, name: str, action: Callable[..., T], *args: Any) -> T | None:
-    """`action(*args)` on one entry; if the entry is the problem (it cannot be read, moved or
-    parsed), log it and go on with the next: one entry never stops a sweep."""
-    try:
-        return action(*args)
-    except (OSError, JobsError) as exc:
-        if isinstance(exc, OSError) and exc.errno in STORE_WIDE:
-            raise
-        log.warning("skipping %s %r this sweep: %s", what, name, exc)
-        return None
 
 
 def _reap(folder: QueueFolder, revert: _Reverter, claimed: Dir, name: str, now: float, is_alive: Liveness) -> int:
@@ -131,17 +146,21 @@ def return_unheld(
     functions: Functions | None = None,
 ) -> int:
     """Return the jobs in a live owner's folder that it does not hold (claimed, never started)."""
-    return _Reverter(folder, on_ready, functions).jobs(owner_dir, cause, now, keep=held | set(OWNER_FILES))
+    revert = _Reverter(folder, on_ready, functions, Skips())
+    return revert.jobs(owner_dir, cause, now, keep=held | set(OWNER_FILES))
 
 
 class _Reverter:
     """Sends the jobs of an owner folder back: to `ready/`, or to `dead/` when the lost run
     was the last attempt its policy allowed."""
 
-    def __init__(self, folder: QueueFolder, on_ready: Callable[[str], None], functions: Functions | None) -> None:
+    def __init__(
+        self, folder: QueueFolder, on_ready: Callable[[str], None], functions: Functions | None, skips: Skips
+    ) -> None:
         self.folder = folder
         self.on_ready = on_ready
         self.functions = functions
+        self.skips = skips
 
     def all(self, fenced: Entry, cause: str, now: float) -> int:
         reverted = self.jobs(fenced, cause, now, keep=set(OWNER_FILES))
@@ -169,7 +188,7 @@ class _Reverter:
         for name in names:
             if name not in keep:
                 place = parent.dir / f"{parent.name}/{name}"
-                reverted += guarded("claimed job", name, self.entry, place, cause, now) or 0
+                reverted += self.skips.guarded("claimed job", name, self.entry, place, cause, now) or 0
         return reverted
 
     def entry(self, place: Entry, cause: str, now: float) -> int:
@@ -239,8 +258,11 @@ def _mark_lost_attempt(folder: QueueFolder, job: Dir, cause: str) -> None:
             folder.write_json(run / OUTCOME_FILE, {"lost": True, "error": f"the attempt was lost: {cause}"})
 
 
-def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]) -> list[str]:
+def promote_due(
+    folder: QueueFolder, now: float, on_ready: Callable[[str], None], skips: Skips | None = None
+) -> list[str]:
     """Move every due `scheduled/` job to `ready/`; return their ids."""
+    skips = skips or Skips()
     scheduled = folder.at(State.SCHEDULED)
     promoted = []
     for name in sorted(scheduled.names()):
@@ -249,8 +271,8 @@ def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None]
             continue  # not yet (checked when due); keep going so that every malformed name is seen
         if parsed is None:
             why = "its name is not DUE.RRR.ID (see docs/FORMAT.md)"
-            guarded("scheduled entry", name, folder.quarantine, scheduled / name, why, now)
-        elif guarded("scheduled job", name, promote_one, folder, name, now, on_ready):
+            skips.guarded("scheduled entry", name, folder.quarantine, scheduled / name, why, now)
+        elif skips.guarded("scheduled job", name, promote_one, folder, name, now, on_ready):
             promoted.append(parsed[0])
     return promoted
 
@@ -277,11 +299,12 @@ def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[
     return True
 
 
-def clear_tmp(folder: QueueFolder, now: float, max_age: float) -> int:
+def clear_tmp(folder: QueueFolder, now: float, max_age: float, skips: Skips | None = None) -> int:
     """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges
     (a part of each per sweep: a tree may be deep)."""
+    skips = skips or Skips()
     names = folder.tmp.names()
-    return sum(guarded("tmp/ entry", name, _clear, folder, name, now, max_age) or 0 for name in names)
+    return sum(skips.guarded("tmp/ entry", name, _clear, folder, name, now, max_age) or 0 for name in names)
 
 
 def _clear(folder: QueueFolder, name: str, now: float, max_age: float) -> int:

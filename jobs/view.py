@@ -33,7 +33,7 @@ from jobs.job import (
     parse_scheduled_name,
     ready_name,
 )
-from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, REAPING_PREFIX, Liveness, Owner
+from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, REAPING_PREFIX, SKIPPED_FILES, Liveness, Owner
 from jobs.policy import POLICY_FILE, Policy, registration_from, resolve
 
 _ATTEMPT_RE = re.compile(r"^attempt-([1-9][0-9]*)$")
@@ -310,6 +310,8 @@ class OwnerFolder:
     functions: dict[str, dict[str, Any]] | None  # what it runs; None if it did not say
     reaping: bool
     place: Entry = field(compare=False, repr=False)  # where it is, through the queue's handles
+    skipped: dict[str, dict[str, str]] = field(default_factory=dict)  # "claims"/"sweep": entry -> why
+    skipped_count: int = 0  # how many entries it skipped (`skipped` holds the first ones)
 
     def is_live(self, now: float, is_alive: Liveness) -> bool:
         """Serving now: not being reaped, within its lease, and not known dead."""
@@ -337,7 +339,22 @@ def _owner_folder(place: Entry, opened: Dir) -> OwnerFolder:
     except (OSError, InvalidJob):
         heartbeat, owner = None, None
     reaping = place.name.startswith(REAPING_PREFIX)
-    return OwnerFolder(Path(place.path), owner, heartbeat, _advertised(opened), reaping, place)
+    skipped, count = _skipped(opened)
+    return OwnerFolder(Path(place.path), owner, heartbeat, _advertised(opened), reaping, place, skipped, count)
+
+
+def _skipped(owner_dir: Dir) -> tuple[dict[str, dict[str, str]], int]:
+    """What the owner and its sweeper recorded that they skip (entries they cannot handle)."""
+    found: dict[str, dict[str, str]] = {}
+    count = 0
+    for source, name in SKIPPED_FILES.items():
+        document = _read_json(owner_dir, name, 1 << 20)
+        entries = document.get("skipped") if isinstance(document, dict) else None
+        if isinstance(entries, dict) and entries:
+            found[source] = {str(where): str(why) for where, why in entries.items()}
+            recorded = document.get("count") if isinstance(document, dict) else None
+            count += recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else len(entries)
+    return found, count
 
 
 def _advertised(owner_dir: Dir) -> dict[str, dict[str, Any]] | None:

@@ -128,6 +128,7 @@ class Manager:
         self._registered = False
         self._ready_fds: set[int] = set()  # what the last wait found readable
         self._left_noted: set[str] = set()  # functions of jobs given back, already logged
+        self._skips_recorded: dict[str, str] = {}  # the unclaimable entries the owner folder lists
         self._take_in_due = True  # members' submissions may wait in incoming/
         self._failing_since: float | None = None  # the store has failed since then, with no success
         self._last_failure = ""
@@ -157,7 +158,7 @@ class Manager:
         self._started = True
         settings = self.settings
         self._sweeper = sweeper.SweeperChild(
-            self.queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention
+            self.queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
         )
         self._sweeper.keep(time.monotonic(), self._manager_fds())
         self._set_title()
@@ -414,7 +415,17 @@ class Manager:
         finally:
             if len(self.queue.left_for_others) > len(self._left_noted):
                 self._note_left_for_others()
+            if self.queue.unclaimable != self._skips_recorded:
+                self._record_skips()
         return None
+
+    def _record_skips(self) -> None:
+        """Keep what this manager skips (ready/ entries it cannot claim) where `status` reads it."""
+        try:
+            self.queue.record_skipped(self.owner.name, "claims", self.queue.unclaimable)
+            self._skips_recorded = dict(self.queue.unclaimable)
+        except (OSError, JobsError) as exc:
+            log.warning("cannot record the entries this manager skips: %s", exc)
 
     def _note_left_for_others(self) -> None:
         """Say once per function that its jobs are left for other managers (a deploy that
@@ -657,6 +668,7 @@ class Manager:
             self.owner = liveness.this_owner(self.settings.lease, self.queue.filesystem_now())
             self.queue.register_owner(self.owner, self.functions)
             self._registered = True
+            self._skips_recorded = {}  # a new owner folder: what it skips is written there anew
         except (OSError, JobsError) as exc:
             self._store_failed(exc)
             log.error("cannot register as an owner of %s: %s; claiming nothing until it works", self.queue.path, exc)
@@ -665,6 +677,10 @@ class Manager:
     def _keep_sweeper(self, now: float) -> None:
         if not self.stopping_now:
             self._sweeper.keep(now, self._manager_fds())
+
+    def _owner_name(self) -> str:
+        """This manager's owner name now (it changes when a sweeper reaped it and it registered anew)."""
+        return self.owner.name
 
     @property
     def sweeper_pid(self) -> int | None:

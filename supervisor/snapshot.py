@@ -38,6 +38,8 @@ class ManagerInfo:
     alive: bool | None  # this host can tell; None for another host
     reaping: bool  # a sweeper is returning its claims
     functions: list[str] | None  # what it runs (forkvisor.command: command jobs); None if it does not say
+    skipped: dict[str, dict[str, str]]  # "claims" or "sweep": entry -> why it is skipped (the first ones)
+    skipped_count: int  # entries it and its sweeper skip, all told
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,8 @@ def _manager_info(found: view.OwnerFolder, owner: Owner, now: float) -> ManagerI
         liveness.is_alive(owner),
         found.reaping,
         None if found.functions is None else sorted(found.functions),
+        found.skipped,
+        found.skipped_count,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from setproctitle import setproctitle
@@ -28,19 +29,42 @@ TAKE_IN_PER_SWEEP = 1000  # applying the retention lists and stats all of done/:
 
 
 def run(
-    path: Path, functions: Functions, durable: bool, interval: float, tmp_age: float, retention: float | None
+    path: Path,
+    functions: Functions,
+    durable: bool,
+    interval: float,
+    tmp_age: float,
+    retention: float | None,
+    owner: str | None = None,
 ) -> int:
-    """Sweep `path` every `interval` seconds until killed (it dies with its manager)."""
+    """Sweep `path` every `interval` seconds until killed (it dies with its manager). What a
+    sweep skips is kept in the folder of `owner`, its manager, for `forkvisor status`."""
     setproctitle(f"forkvisor: sweeper {path}")
     queue = Queue(path, create=False, durable=durable)
     every = purge_interval(retention, interval)
     next_purge = 0.0
+    recorded: dict[str, str] = {}
     while True:
         now = time.monotonic()
         purge_now = now >= next_purge
         if sweep_once(queue, functions, tmp_age, retention if purge_now else None) and purge_now:
             next_purge = now + every  # a failed sweep purges again at the next one
+        if owner is not None:
+            recorded = _record_skips(queue, owner, recorded)
         time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
+
+
+def _record_skips(queue: Queue, owner: str, recorded: dict[str, str]) -> dict[str, str]:
+    """Write what the last sweep skipped to the manager's folder when it changed; return what is there."""
+    skips = queue.last_sweep_skips
+    if skips.found == recorded:
+        return recorded
+    try:
+        queue.record_skipped(owner, "sweep", skips.found, skips.count)
+    except (OSError, JobsError) as exc:
+        log.warning("cannot record the entries this sweep skipped: %s", exc)
+        return recorded
+    return dict(skips.found)
 
 
 def purge_interval(retention: float | None, interval: float) -> float:
@@ -75,9 +99,18 @@ class SweeperChild:
     """The manager's side of its sweeper: start it, restart it with back-off, stop it."""
 
     def __init__(
-        self, queue: Queue, functions: Functions, interval: float, tmp_age: float, retention: float | None
+        self,
+        queue: Queue,
+        functions: Functions,
+        interval: float,
+        tmp_age: float,
+        retention: float | None,
+        owner: Callable[[], str] | None = None,
     ) -> None:
-        self._body = lambda: run(queue.path, functions, queue.folder.durable, interval, tmp_age, retention)
+        """`owner` names the manager's owner folder when the sweeper starts (it may change)."""
+        self._body = lambda: run(
+            queue.path, functions, queue.folder.durable, interval, tmp_age, retention, owner() if owner else None
+        )
         self.pid: int | None = None
         self.restart_at = 0.0
         self._backoff = BACKOFF_MIN

@@ -73,7 +73,9 @@ def _status(args: argparse.Namespace) -> int:
         if args.json:
             print_json(taken.to_json())
         else:
-            text = "\n".join(safe(line) for line in _status_text(taken).splitlines())  # hosts, functions: the queue's
+            # Fields from the queue (hosts, functions, names) are escaped as the lines are made,
+            # so that a newline in one cannot forge a line; each line is escaped once more.
+            text = "\n".join(safe(line) for line in _status_text(taken).splitlines())
             print(f"\033[H\033[J{text}" if args.watch and refresh else text, flush=True)
         if not args.watch:
             return 0
@@ -90,18 +92,32 @@ def _status_text(taken: snapshot.Snapshot) -> str:
     for manager in taken.managers:
         state_note = " reaping" if manager.reaping else (" DEAD" if manager.alive is False else "")
         lines.append(
-            f"  {manager.owner}  host {manager.host} pid {manager.pid}  heartbeat {ago(manager.heartbeat_age)} ago"
-            f" (lease {format_duration(manager.lease)}){state_note}"
+            f"  {manager.owner}  host {safe(manager.host)} pid {manager.pid}"
+            f"  heartbeat {ago(manager.heartbeat_age)} ago (lease {format_duration(manager.lease)}){state_note}"
         )
-        lines.append(f"    runs {_functions(manager.functions)}")
+        lines.append(f"    runs {safe(_functions(manager.functions))}")
+        lines += _skipped_lines(manager)
     lines += _unserved_lines(taken)
     lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
     for job in taken.running:
         lines.append(
-            f"  {job.id}  {job.what[:40]}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
+            f"  {job.id}  {safe(job.what)[:40]}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
             f"  pid {job.pid or '-'}  cpu {'-' if job.cpu is None else f'{job.cpu:.2f}s'}  rss {megabytes(job.rss)}"
         )
     return "\n".join(lines)
+
+
+def _skipped_lines(manager: snapshot.ManagerInfo, shown: int = 5) -> list[str]:
+    """What a manager (claims) and its sweeper (sweep) skip: entries they cannot read, move
+    or parse, which stay where they are until someone fixes or removes them."""
+    if not manager.skipped_count:
+        return []
+    lines = [f"    skips {manager.skipped_count} entr{'y' if manager.skipped_count == 1 else 'ies'} it cannot handle:"]
+    found = [(source, where, why) for source, entries in manager.skipped.items() for where, why in entries.items()]
+    lines += [f"      {source}: {safe(where)}: {safe(why)}" for source, where, why in found[:shown]]
+    if manager.skipped_count > shown:
+        lines.append("      ... (the manager's log names every one)")
+    return lines
 
 
 def _functions(functions: list[str] | None, shown: int = 8) -> str:
@@ -120,7 +136,7 @@ def _unserved_lines(taken: snapshot.Snapshot) -> list[str]:
     if not unserved.count:
         return []
     among = "" if unserved.checked < snapshot.UNSERVED_SCAN else f" among the first {unserved.checked} in claim order"
-    named = ", ".join(f"{name} ({count})" for name, count in sorted(unserved.functions.items()))
+    named = ", ".join(f"{safe(name)} ({count})" for name, count in sorted(unserved.functions.items()))
     why = "no manager is running" if not taken.managers else "deploy a manager that runs them, or cancel them"
     return [f"ready jobs no running manager runs: {unserved.count}{among}: {named}; {why}"]
 

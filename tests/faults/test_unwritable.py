@@ -12,6 +12,7 @@ Root bypasses permission bits, so the permission tests run forkvisor as
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -244,3 +245,38 @@ def test_manager_whose_queue_is_deleted_says_so_and_stops(procs: Processes, tmp_
         assert f"forkvisor: the queue folder {queue.path} changed under this process" in log, log
         assert again.job(job_id).state is State.READY  # left for a manager started on the new folder
     assert manager.returncode == 111, log
+
+
+def test_status_says_what_a_manager_and_its_sweeper_skip(procs: Processes, nobody: list[str], open_dir: Path) -> None:
+    """Entries the manager cannot claim and its sweeper cannot handle are skipped, logged, and
+    shown by `forkvisor status` until someone fixes or removes them (issue 18)."""
+    queue = Queue(open_dir / "queue")
+    give_to_nobody(queue.path)
+    stuck = queue.path / "ready" / f"100.{new_job_id()}"
+    stuck.mkdir(mode=0o700)  # root's: nobody, the queue's owner here, can neither read nor move it
+    (stuck / "job.json").write_text('{"function": "fault.ok"}')
+    locked = queue.path / "claimed" / "otherhost.4242.abcdef"
+    locked.mkdir(mode=0o700)  # root's: the sweeper can neither list nor reap it
+    os.utime(locked, (1, 1))
+    with cli_manager(procs, queue, "--app", FAULT_APP, prefix=nobody) as manager:
+        after = enqueue_as(nobody, queue, "fault.ok", "after the stuck one")
+        wait_until(lambda: queue.job(after).state is State.DONE, 10, "the manager ran the job behind it")
+
+        def shown() -> str:
+            return run_cli("status", str(queue.path)).stdout
+
+        wait_until(lambda: "sweep: owner folder" in shown(), 10, "status shows what the sweeper skips")
+        text = shown()
+        assert "skips 2 entries it cannot handle:" in text, text
+        assert f"claims: {stuck.name}: Permission denied" in text, text
+        assert "sweep: owner folder 'otherhost.4242.abcdef': " in text, text
+        assert "Permission denied" in procs.log(manager)
+        document = json.loads(run_cli("status", str(queue.path), "--json").stdout)
+        [found] = document["managers"]
+        assert found["skipped_count"] == 2, found
+        assert set(found["skipped"]) == {"claims", "sweep"}
+
+        shutil.rmtree(stuck)  # fixed by the operator: status stops naming it
+        enqueue_as(nobody, queue, "fault.ok", "a claim after the fix")
+        wait_until(lambda: "claims: " not in shown(), 15, "status forgets a skipped entry once it is gone")
+        assert "skips 1 entry it cannot handle:" in shown()

@@ -109,8 +109,12 @@ def is_gone(pid: int) -> bool:
 
 
 def cmdline(pid: int) -> str:
-    """The process title as `ps` shows it (NULs as spaces)."""
-    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    """The process title as `ps` shows it (NULs as spaces); empty once the process is gone."""
+    try:
+        found = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""  # it exited and was reaped as we looked
+    return found.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 def outcome(found: Job, number: int = -1) -> dict[str, Any]:
