@@ -41,6 +41,7 @@ where available (else a check-then-rename fallback). Details: docs/FORMAT.md.
 __version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
 __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
 
+from jobs.claim import Claim
 from jobs.command import COMMAND, Command, command_call
 from jobs.errors import (
     ArgumentNotSerializable,
@@ -64,13 +65,14 @@ from jobs.errors import (
     WrongState,
     storage_error,
 )
+from jobs.fate import Cause, Reason
 from jobs.folder import DRAIN_FILE
-from jobs.job import Attempt, Job, JobOptions, JobSpec, State, is_job_id, new_job_id
+from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.lease import Liveness, Owner, unknown_liveness
 from jobs.policy import Functions, Policy, Source
 from jobs.registry import Registered, Registry
 from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
-from jobs.store import Call, Claim, Queue, Submitter
+from jobs.store import Call, Queue, Submitter
 from jobs.units import format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
@@ -78,11 +80,11 @@ __all__ = [
     "DEFAULT_BACKOFF",
     "DRAIN_FILE",
     "ArgumentNotSerializable",
-    "Attempt",
     "Backoff",
     "BadArguments",
     "Call",
     "CannotComplete",
+    "Cause",
     "Claim",
     "ClaimLost",
     "Command",
@@ -104,8 +106,10 @@ __all__ = [
     "Queue",
     "QueueError",
     "QueueReplaced",
+    "Reason",
     "Registered",
     "Registry",
+    "Run",
     "Source",
     "State",
     "StorageError",

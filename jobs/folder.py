@@ -23,6 +23,7 @@ from typing import Any
 
 from jobs import access, config, document, files
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
+from jobs.fate import Cause
 from jobs.handles import OPEN_DIR, Dir, Entry
 from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
 
@@ -42,6 +43,11 @@ DRAIN_FILE = "drain"  # in the queue folder: a request that every manager drain 
 QUARANTINE = "quarantine"
 TMP = "tmp"
 FOLDERS = (TMP, QUARANTINE, *(state.value for state in State))
+
+
+def cancel_requested(job: Dir) -> bool:
+    """Whether an operator cancelled the job (its `cancel` marker is there): it never runs again."""
+    return job.exists(CANCEL_FILE)
 
 
 class QueueFolder:
@@ -354,9 +360,7 @@ class QueueFolder:
     def write_json(self, entry: Entry, document: dict[str, Any]) -> None:
         self.replace_file(entry, indented_json(document))
 
-    def bury(
-        self, entry: Entry, job_id: str, cause: dict[str, Any], now: float, *, even_if_full: bool = False
-    ) -> Entry:
+    def bury(self, entry: Entry, job_id: str, cause: Cause, now: float, *, even_if_full: bool = False) -> Entry:
         """Move the job at `entry` to `dead/` with its cause in `error.json`; `even_if_full`: on
         a full disk, without it (an operator's cancel must work then; its command says what it did).
 
@@ -365,7 +369,7 @@ class QueueFolder:
         with entry.open() as job:
             self.clear_the_way(job, ERROR_FILE, now)
             try:
-                self.write_json(job / ERROR_FILE, cause)
+                self.write_json(job / ERROR_FILE, cause.to_json())
             except OSError as exc:
                 if not (even_if_full and exc.errno in FULL):
                     raise
@@ -373,10 +377,10 @@ class QueueFolder:
             self.clear_the_way(job, RESULT_FILE, now)
             files.unlink_if_there(RESULT_FILE, job.fd)  # a stale owner's result never stands for this job
             # Logged before the move, so a kill right after it cannot leave the story without its end.
-            self.log_event(job, f"dead: {cause.get('reason')}: {cause.get('message', '')}".rstrip(": "), now)
+            self.log_event(job, f"dead: {cause.reason.value}: {cause.message}".rstrip(": "), now)
         target = self.at(State.DEAD) / job_id
         self.move(entry, target)
-        log.info("job %s is dead: %s", job_id, cause.get("message") or cause.get("reason"))
+        log.info("job %s is dead: %s", job_id, cause.message or cause.reason.value)
         return target
 
     # -- quarantine -----------------------------------------------------------

@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from jobs import document, files
+from jobs import document, fate, files
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
+from jobs.fate import Cause
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
 from jobs.job import (
@@ -193,7 +194,7 @@ class _Checked:
 
     spec: JobSpec | None = None
     fields: dict[str, Any] | None = None
-    cause: dict[str, Any] | None = None
+    cause: Cause | None = None
 
 
 def _checked(data: bytes, job_id: str, uid: int) -> _Checked:
@@ -201,7 +202,7 @@ def _checked(data: bytes, job_id: str, uid: int) -> _Checked:
         spec = JobSpec.from_json(data, job_id)
         fields = dict(document.parse(data, SPEC_FILE))
     except InvalidJob as exc:
-        return _Checked(cause={"reason": "invalid", "message": str(exc)})
+        return _Checked(cause=fate.invalid(str(exc)))
     # Who submitted it comes from the file's owner, never from its text.
     fields.update(id=job_id, submitted_by={"uid": uid, "user": _user(uid)})
     return _Checked(replace(spec, submitted_by=uid), fields)

@@ -51,7 +51,8 @@ Scan = Callable[[], AbstractContextManager[Iterator[os.DirEntry[str]]]]  # lists
 class ReadyIndex:
     """Candidates for the next claim from one `ready/` folder."""
 
-    def __init__(self, scan: Scan, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, scan: Scan, limit: int | None = None) -> None:
+        limit = DEFAULT_LIMIT if limit is None else limit  # read at each call: a test may lower it
         self._scan = scan  # lists `ready/` (through the queue's handle of it)
         self._limit = limit
         self._keep = limit  # how many the next scan keeps, from what the last one saw

@@ -355,7 +355,7 @@ def _check_positive_int(name: str, value: object) -> None:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class Run:
     """One run of a job: its folder and, once harvested, its outcome."""
 
     number: int
@@ -377,7 +377,7 @@ class Job:
     path: Path
     spec: JobSpec
     attempts: int
-    history: tuple[Attempt, ...]
+    history: tuple[Run, ...]
     result: Any = None
     error: Mapping[str, Any] | None = None
     owner: str | None = None

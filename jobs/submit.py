@@ -9,9 +9,10 @@ quarantines. Specs are checked and encoded once, before anything is written.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobs import files, incoming
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
@@ -29,9 +30,6 @@ from jobs.job import (
 )
 from jobs.registry import Registered, default_name, registration_of
 from jobs.units import format_duration
-
-if TYPE_CHECKING:
-    from jobs.store import Queue
 
 
 @dataclass(frozen=True)
@@ -174,15 +172,16 @@ class Publisher:
 class Submitter:
     """`queue.with_options(...)`: enqueue with per-job options."""
 
-    def __init__(self, queue: Queue, options: JobOptions) -> None:
-        self._queue = queue
+    def __init__(self, publisher: Publisher, options: JobOptions) -> None:
+        self._publisher = publisher
         self._options = options
 
     def enqueue(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> str:
-        return self._queue.submit(Call(fn, args, kwargs, self._options))
+        return self._publisher.submit(Call(fn, args, kwargs, self._options), time.time())
 
     def enqueue_many(self, calls: Iterable[Call]) -> list[str]:
-        return self._queue.enqueue_many(Call(c.fn, c.args, c.kwargs, c.options or self._options) for c in calls)
+        batch = (Call(c.fn, c.args, c.kwargs, c.options or self._options) for c in calls)
+        return self._publisher.submit_many(batch, time.time())
 
 
 def _function_name(fn: Callable[..., Any] | str) -> tuple[str, Registered | None]:

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import files, view
+from jobs import fate, files, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
-from jobs.folder import CANCEL_FILE, EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, entry_problem
+from jobs.folder import EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem
 from jobs.handles import Dir, Entry
 from jobs.job import JobSpec, State, is_job_id, parse_scheduled_name, ready_name
 from jobs.lease import (
@@ -219,20 +219,17 @@ class _Reverter:
             except UnsupportedFormat:
                 spec, used = None, 0  # a newer forkvisor's job: back to ready/ for a manager that reads it
             except InvalidJob as exc:
-                folder.bury(place, job_id, {"reason": "invalid", "message": str(exc)}, now)
+                folder.bury(place, job_id, fate.invalid(str(exc)), now)
                 return
             _mark_lost_attempt(folder, job, cause)
             folder.clear_the_way(job, RESULT_FILE, now)
             files.unlink_if_there(RESULT_FILE, job.fd)  # a lost completion's result never stands
             limit = None if spec is None else self._attempt_limit(job, spec)
-            cancelled = job.exists(CANCEL_FILE)
-            if not cancelled and (limit is None or used < limit):
+            dead = fate.after_lost_run(cancel_requested(job), used, limit, cause)
+            if dead is None:
                 folder.log_event(job, f"ready: claim reverted, {cause}", now)  # before: ready/ is claimed at once
-        if cancelled:
-            folder.bury(place, job_id, {"reason": "cancelled", "message": f"cancelled by an operator; {cause}"}, now)
-        elif limit is not None and used >= limit:
-            message = f"attempt {used}/{limit} was lost: {cause}"
-            folder.bury(place, job_id, {"reason": "attempts exhausted", "message": message, "attempt": used}, now)
+        if dead is not None:
+            folder.bury(place, job_id, dead, now)
         else:
             priority = 0 if spec is None else spec.priority
             target = folder.at(State.READY) / ready_name(job_id, priority)

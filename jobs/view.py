@@ -23,9 +23,9 @@ from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
 from jobs.handles import Dir, Entry
 from jobs.job import (
-    Attempt,
     Job,
     JobSpec,
+    Run,
     State,
     check_job_id,
     is_job_id,
@@ -213,7 +213,7 @@ def _counter_or_zero(folder: QueueFolder, job: Dir) -> int:
         return 0  # a reader shows the job; the next claim or sweep buries it with the cause
 
 
-def _attempts(job: Dir, path: Path) -> tuple[Attempt, ...]:
+def _attempts(job: Dir, path: Path) -> tuple[Run, ...]:
     found = []
     for number in _attempt_numbers(job):
         name = f"attempt-{number}"
@@ -222,7 +222,7 @@ def _attempts(job: Dir, path: Path) -> tuple[Attempt, ...]:
                 outcome = _read_json(run, OUTCOME_FILE, 1 << 20)
         except (FileNotFoundError, NotADirectoryError):
             continue  # removed meanwhile
-        found.append(Attempt(number, path / name, outcome))
+        found.append(Run(number, path / name, outcome))
     return tuple(sorted(found, key=lambda attempt: attempt.number))
 
 

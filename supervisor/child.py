@@ -105,12 +105,12 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     forked child.) Return the descriptor of the run's folder, through which every file of
     the run is written; None if the folder is gone: a sweeper took the claim back before we started."""
     setproctitle(
-        f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.policy.max_attempts}"
+        f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
     )
     # Plain strings and descriptors, not objects, from here: every object a child makes costs
     # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     try:
-        run = open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.attempt}")
+        run = open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.run}")
         _redirect_output(run, file_mode)
     except FileNotFoundError:
         return None
@@ -121,11 +121,11 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     if identity is not None:
         hand_over(run, ("stdout", "stderr", PID_FILE), identity)
         become_in_child(identity)  # before any of the job's code runs
-    attempt = str(claim.attempt_path)
+    attempt = str(claim.run_path)
     os.environ.update(
         FORKVISOR_QUEUE=attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
         FORKVISOR_JOB_ID=claim.job_id,
-        FORKVISOR_ATTEMPT=str(claim.attempts),
+        FORKVISOR_ATTEMPT=str(claim.attempt),
         FORKVISOR_ATTEMPT_DIR=attempt,
     )
     return run

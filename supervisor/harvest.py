@@ -66,8 +66,8 @@ def _open_run(claim: Claim) -> Dir | None:
 def _outcome(running: Running, status: ExitStatus, now_wall: float, run: Dir | None) -> dict[str, Any]:
     usage = status.rusage
     return {
-        "run": running.claim.attempt,
-        "attempt": running.claim.attempts,
+        "run": running.claim.run,
+        "attempt": running.claim.attempt,
         "max_attempts": running.claim.policy.max_attempts,
         "status": status.describe(),
         "exit_code": status.code,
@@ -99,7 +99,7 @@ def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str
     if running.released:
         queue.release(claim, reason="released by the manager's shutdown")
         return None
-    now, delay = time.time(), claim.policy.delay(claim.attempts)
+    now, delay = time.time(), claim.policy.delay(claim.attempt)
     error = outcome["error"] or {"message": status.describe()}
     state = queue.fail(claim, error, now, delay=delay, permanent=is_permanent(running, status))
     return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None

@@ -489,7 +489,7 @@ class Manager:
         self._fork_backoff = min(self._fork_backoff * 2, FORK_BACKOFF_MAX)
         error = {"type": "ForkFailed", "message": f"cannot fork: {exc}"}
         try:
-            self.queue.record_outcome(claim, {"run": claim.attempt, "started": False, "released": True, "error": error})
+            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "released": True, "error": error})
         except (OSError, JobsError):
             pass  # the release below still gives the attempt back
         self._release_quietly(claim, f"fork failed: {exc}")
@@ -508,7 +508,7 @@ class Manager:
     def _finish_unstarted(self, claim: Claim, exc: Exception) -> None:
         error = {"type": type(exc).__name__, "message": str(exc)}
         try:
-            self.queue.record_outcome(claim, {"run": claim.attempt, "started": False, "error": error})
+            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "error": error})
             self.queue.fail(claim, error, permanent=True)
         except (OSError, JobsError) as failure:
             log.error("cannot record why job %s cannot start: %s", claim.job_id, failure)
@@ -722,7 +722,7 @@ class Manager:
 
 def _job(claim: Claim) -> str:
     """How every log line names a job's attempt."""
-    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempts}/{claim.policy.max_attempts}"
+    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
 
 
 def _verdict(running: Running, status: forking.ExitStatus) -> str:

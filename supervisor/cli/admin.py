@@ -161,7 +161,7 @@ def _retry(args: argparse.Namespace) -> int:
     if bool(args.jobs) == args.dead:
         raise UsageError("name the jobs to retry, or give --dead for every dead job (not both)")
     queue = open_queue(args)
-    ids = args.jobs or [job.id for job in queue.list(State.DEAD, function=args.function)]
+    ids = args.jobs or [job.id for job in queue.jobs(State.DEAD, function=args.function)]
 
     def retry(job_id: str) -> str:
         if not queue.owned:
@@ -183,7 +183,7 @@ def _cancel(args: argparse.Namespace) -> int:
         raise UsageError("name the jobs to cancel, or give --function F for its ready and scheduled jobs (not both)")
     queue = open_queue(args)
     ids = args.jobs or [
-        job.id for state in (State.READY, State.SCHEDULED) for job in queue.list(state, function=args.function)
+        job.id for state in (State.READY, State.SCHEDULED) for job in queue.jobs(state, function=args.function)
     ]
 
     def cancel(job_id: str) -> str:

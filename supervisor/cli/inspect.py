@@ -148,7 +148,7 @@ def _list(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
     queue = open_queue(args)
-    found = queue.list(args.state, function=args.function, limit=args.limit or None)
+    found = queue.jobs(args.state, function=args.function, limit=args.limit or None)
     served = snapshot.served(queue)
     if args.json:
         print_json([_summary(job, snapshot.policy_of(queue, job, served)) for job in found])

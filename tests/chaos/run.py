@@ -34,8 +34,7 @@ from typing import IO, Any
 
 import psutil
 
-from jobs import Queue
-from jobs.store import Call
+from jobs import Call, Queue
 from tests.chaos import checker
 from tests.chaos.behaviours import BEHAVIOURS, LONG_LIFETIME, SURVIVED, Scratch
 from tests.chaos.cluster import APP, JOB_TITLE, SWEEPER_TITLE, Cluster, ManagerOptions, ManagerProcess, title, wait_for

@@ -182,7 +182,7 @@ def gone_owner(queue: Queue) -> Path:
 def read_everything(queue: Queue, ids: set[str]) -> None:
     """What an operator's `status`, `list` and `show` do: never raises on a bad entry."""
     queue.counts()
-    queue.list()
+    queue.jobs()
     for job_id in ids:
         try:
             queue.job(job_id)

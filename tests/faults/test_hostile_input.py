@@ -200,7 +200,7 @@ def assert_junkyard_settled(yard: Junkyard) -> None:
         "done": len(yard.good),
         "dead": len(yard.dead),
     }
-    assert len(queue.list()) == len(yard.good) + len(yard.dead) + len(yard.left)
+    assert len(queue.jobs()) == len(yard.good) + len(yard.dead) + len(yard.left)
     assert not yard.sentinel.exists(), "an unregistered function ran"
 
 

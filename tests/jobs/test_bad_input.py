@@ -438,7 +438,7 @@ def test_a_dead_invalid_job_can_be_fixed_and_retried(queue: Queue, owner: Owner,
     (hand.dir(State.DEAD) / job_id / "job.json").write_text(json.dumps(GOOD_SPEC))
     queue.retry(job_id)
     [claim] = claim_all(queue, owner)
-    assert (claim.job_id, claim.spec.args, claim.attempts) == (job_id, ("good",), 1)
+    assert (claim.job_id, claim.spec.args, claim.attempt) == (job_id, ("good",), 1)
 
 
 # -- a bad attempts counter or owner file ------------------------------------------------------------
@@ -507,7 +507,7 @@ def test_views_of_a_job_with_a_bad_counter_do_not_raise(
     job_id, job_dir = hand.ready_job(GOOD_SPEC)
     write(job_dir, outside)
     assert queue.job(job_id).state is State.READY
-    assert [job.id for job in queue.list()] == [job_id]
+    assert [job.id for job in queue.jobs()] == [job_id]
 
 
 @pytest.mark.parametrize("lease", ["60", None, [60]])
@@ -574,7 +574,7 @@ def test_job_submitted_by_hand_is_claimable(queue: Queue, owner: Owner, hand: Ha
     assert claim.spec.args == (2, 3)
     assert claim.spec.kwargs == {}
     assert (claim.policy.max_attempts, claim.policy.timeout, claim.spec.priority) == (3, None, 0)
-    assert (claim.attempt, claim.attempts) == (1, 1)
+    assert (claim.run, claim.attempt) == (1, 1)
     queue.complete(claim)
     assert queue.job(job_id).state is State.DONE
 

@@ -23,7 +23,7 @@ def test_first_claim_makes_attempt_1(queue: Queue, owner: Owner) -> None:
     _ready_job(queue)
     claim = queue.claim(owner.name)
     assert claim is not None
-    assert (claim.attempt, claim.attempts) == (1, 1)
+    assert (claim.run, claim.attempt) == (1, 1)
     assert _attempt_folders(claim.path) == ["attempt-1"]
 
 
@@ -33,7 +33,7 @@ def test_a_lost_counter_write_does_not_reuse_a_run_folder(queue: Queue, owner: O
         os.mkdir(job_dir / f"attempt-{number}")  # runs whose counter writes were lost
     claim = queue.claim(owner.name)  # the counter says 0: the guess attempt-1 exists
     assert claim is not None
-    assert (claim.attempt, claim.attempts) == (3, 1)
+    assert (claim.run, claim.attempt) == (3, 1)
 
 
 def test_a_counter_ahead_of_the_folders_leaves_no_gap(queue: Queue, owner: Owner) -> None:
@@ -43,7 +43,7 @@ def test_a_counter_ahead_of_the_folders_leaves_no_gap(queue: Queue, owner: Owner
     (job_dir / "attempts").write_text("2\n")
     claim = queue.claim(owner.name)
     assert claim is not None
-    assert (claim.attempt, claim.attempts) == (2, 3)
+    assert (claim.run, claim.attempt) == (2, 3)
     assert _attempt_folders(claim.path) == ["attempt-1", "attempt-2"]
 
 
@@ -60,13 +60,13 @@ def test_run_numbers_grow_after_claims_that_died_counted_and_a_retry(queue: Queu
     for _ in range(2):
         claim = queue.claim(owner.name)
         assert claim is not None
-        runs.append(claim.attempt)
+        runs.append(claim.run)
         queue.fail(claim, {"message": "again"}, permanent=True)
         queue.retry(claim.job_id)
     for _ in range(3):
         claim = queue.claim(owner.name)
         assert claim is not None
-        runs.append(claim.attempt)
+        runs.append(claim.run)
         queue.fail(claim, {"message": "again"}, delay=0)
     assert runs == [3, 4, 5, 6, 7]
     assert _attempt_folders(job_dir.parent.parent / "ready" / job_dir.name) == [f"attempt-{n}" for n in range(1, 8)]
@@ -80,7 +80,7 @@ def test_a_file_named_as_the_previous_run_is_not_taken_for_one(queue: Queue, own
     (job_dir / "attempts").write_text("2\n")  # the guess 3 exists; attempt-2 is a file
     claim = queue.claim(owner.name)
     assert claim is not None
-    assert claim.attempt == 4
+    assert claim.run == 4
 
 
 def test_released_and_retried_runs_keep_counting_up(queue: Queue, owner: Owner) -> None:
@@ -90,12 +90,12 @@ def test_released_and_retried_runs_keep_counting_up(queue: Queue, owner: Owner) 
     queue.release(first)  # gives the attempt back: the counter is 0 again, attempt-1 stays
     second = queue.claim(owner.name)
     assert second is not None
-    assert (second.attempt, second.attempts) == (2, 1)
+    assert (second.run, second.attempt) == (2, 1)
     queue.fail(second, {"message": "no"}, permanent=True)
     queue.retry(second.job_id)  # the counter is reset to 0
     third = queue.claim(owner.name)
     assert third is not None
-    assert (third.attempt, third.attempts) == (3, 1)
+    assert (third.run, third.attempt) == (3, 1)
     assert _attempt_folders(third.path) == ["attempt-1", "attempt-2", "attempt-3"]
 
 
@@ -107,4 +107,4 @@ def test_a_gap_left_by_hand_does_not_give_a_lower_run_number(queue: Queue, owner
     (job_dir / "attempts").write_text("1\n")
     claim = queue.claim(owner.name)
     assert claim is not None
-    assert (claim.attempt, claim.attempts) == (6, 2)
+    assert (claim.run, claim.attempt) == (6, 2)

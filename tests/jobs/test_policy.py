@@ -135,7 +135,7 @@ def test_a_store_level_claim_without_functions_resolves_without_a_registration(q
 def test_the_claim_records_the_policy_in_the_run_folder(queue: Queue, owner: Owner) -> None:
     queue.enqueue("work")
     claim = _claim(queue, owner)
-    recorded = json.loads((claim.attempt_path / POLICY_FILE).read_text())
+    recorded = json.loads((claim.run_path / POLICY_FILE).read_text())
     assert recorded == {
         "max_attempts": 6,
         "timeout": 2.0,
@@ -148,7 +148,7 @@ def test_the_claim_records_the_policy_in_the_run_folder(queue: Queue, owner: Own
             "backoff": "function",
         },
     }
-    assert Policy.from_json((claim.attempt_path / POLICY_FILE).read_bytes()) == claim.policy
+    assert Policy.from_json((claim.run_path / POLICY_FILE).read_bytes()) == claim.policy
     assert "attempt 1/6 (run 1)" in (claim.path / "events").read_text()
     assert queue.job(claim.job_id).policy == claim.policy
 
@@ -157,7 +157,7 @@ def test_fail_counts_against_the_resolved_limit(queue: Queue, owner: Owner) -> N
     job_id = queue.enqueue("work")
     for attempt in range(1, 7):
         claim = _claim(queue, owner)
-        assert claim.attempts == attempt
+        assert claim.attempt == attempt
         state = queue.fail(claim, {"message": "boom"}, delay=0)
         assert state is (State.DEAD if attempt == 6 else State.READY)
     assert queue.job(job_id).error is not None
@@ -183,7 +183,7 @@ def test_without_a_recorded_policy_the_sweeper_resolves_one(queue: Queue, owner:
     job_id = queue.enqueue("plain")
     queue.configure(max_attempts=1)
     claim = _claim(queue, owner)
-    (claim.attempt_path / POLICY_FILE).unlink()
+    (claim.run_path / POLICY_FILE).unlink()
     assert queue.sweep(now=hand.expired_now(owner), is_alive=lambda o: None, functions=FUNCTIONS)["reverted"] == 1
     assert queue.job(job_id).state is State.DEAD, "attempt 1 of 1 was lost"
 
@@ -196,7 +196,7 @@ def test_without_a_recorded_policy_the_sweeper_resolves_one(queue: Queue, owner:
 def test_a_broken_policy_json_is_read_as_none(queue: Queue, owner: Owner, content: bytes) -> None:
     queue.enqueue("work")
     claim = _claim(queue, owner)
-    (claim.attempt_path / POLICY_FILE).write_bytes(content)
+    (claim.run_path / POLICY_FILE).write_bytes(content)
     assert queue.job(claim.job_id).policy is None
 
 

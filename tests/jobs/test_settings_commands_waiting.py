@@ -215,7 +215,7 @@ def finish(queue: Queue, owner: Owner, value: object = None, fail: bool = False)
     if fail:
         queue.fail(claim, {"type": "ValueError", "message": "bad input"}, permanent=True)
     else:
-        claim.attempt_path.joinpath("result.json").write_text(json.dumps(value))
+        claim.run_path.joinpath("result.json").write_text(json.dumps(value))
         queue.complete(claim)
     return claim.job_id
 

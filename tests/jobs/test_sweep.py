@@ -58,7 +58,7 @@ def test_expired_owner_is_reaped_and_its_job_is_ready_again(queue: Queue, owner:
     last_event = (job.path / "events").read_text().splitlines()[-1].split(" ", 1)[1]
     assert last_event.startswith(f"ready: claim reverted, owner {owner.name} stopped heartbeating")
     again = claim_one(hand.queue, hand.owner())
-    assert (again.job_id, again.attempt, again.attempts) == (job_id, 2, 2)
+    assert (again.job_id, again.run, again.attempt) == (job_id, 2, 2)
     assert claim.path.exists() is False
 
 
@@ -85,7 +85,7 @@ def test_expired_owner_on_its_last_attempt_buries_the_job(queue: Queue, owner: O
     job_id = queue.with_options(max_attempts=2).enqueue("sample.echo")
     queue.fail(claim_one(queue, owner), {"message": "first"})
     claim = claim_one(queue, owner)
-    assert claim.attempts == 2
+    assert claim.attempt == 2
     queue.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
     assert hand.names(State.DEAD) == [job_id]
     assert hand.names(State.READY) == []
@@ -125,7 +125,7 @@ def test_healthy_owner_is_left_alone(queue: Queue, owner: Owner, hand: Hand, ali
     assert result == swept()
     assert queue.job(job_id).state is State.CLAIMED
     assert hand.names(State.CLAIMED) == [owner.name]
-    assert not (claim.attempt_path / "outcome.json").exists()
+    assert not (claim.run_path / "outcome.json").exists()
     queue.heartbeat(owner.name)
     queue.complete(claim)
     assert queue.job(job_id).state is State.DONE
@@ -278,7 +278,7 @@ def test_a_failed_job_is_promoted_when_its_retry_is_due(queue: Queue, owner: Own
     assert queue.sweep(now=now + 29, is_alive=lambda _: True)["promoted"] == 0
     assert queue.sweep(now=now + 30.001, is_alive=lambda _: True)["promoted"] == 1
     claim = claim_one(queue, owner)
-    assert (claim.job_id, claim.attempt, claim.attempts) == (job_id, 2, 2)
+    assert (claim.job_id, claim.run, claim.attempt) == (job_id, 2, 2)
 
 
 def test_promote_does_not_replace_a_ready_job_with_the_same_id(queue: Queue, hand: Hand) -> None:

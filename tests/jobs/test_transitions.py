@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import jobs.index
 from jobs import (
     Claim,
     ClaimLost,
@@ -26,7 +27,6 @@ from jobs import (
     incoming,
     unknown_liveness,
 )
-from jobs.index import ReadyIndex
 from jobs.job import new_job_id
 
 from .conftest import Hand
@@ -84,7 +84,7 @@ def bring_to(queue: Queue, owner: Owner, state: State, **options: Any) -> str:
     claim = claim_one(queue, owner)
     assert claim.job_id == job_id
     if state is State.DONE:
-        (claim.attempt_path / "result.json").write_text('{"value": 42}\n')
+        (claim.run_path / "result.json").write_text('{"value": 42}\n')
         queue.complete(claim)
     elif state is State.DEAD:
         queue.fail(claim, {"message": "boom"}, permanent=True)
@@ -265,11 +265,10 @@ def test_claim_finds_jobs_another_submitter_added_once_the_index_runs_dry(queue:
 
 @pytest.mark.usefixtures("frozen_index_clock")
 def test_claim_order_with_an_index_smaller_than_ready(
-    queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch
+    queue_path: Path, owner: Owner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    index = ReadyIndex(lambda: os.scandir(queue.path / "ready"), limit=2)
-    monkeypatch.setattr(queue, "_index", index)
-    monkeypatch.setattr(queue._publisher, "_on_ready", index.add)  # what this queue publishes, its index hears of
+    monkeypatch.setattr(jobs.index, "DEFAULT_LIMIT", 2)
+    queue = Queue(queue_path)  # the owner is registered in its folder already
     ids = [queue.enqueue("sample.echo") for _ in range(5)]
     assert claim_one(queue, owner).job_id == ids[0]  # the index holds ids[0:2] only
     urgent = queue.with_options(priority=1).enqueue("sample.echo")
@@ -354,13 +353,13 @@ def test_claim_counts_the_attempt_and_makes_its_folder(queue: Queue, owner: Owne
     assert claim.job_id == job_id
     assert claim.owner == owner.name
     assert claim.path == queue.path / "claimed" / owner.name / job_id
+    assert claim.run == 1
     assert claim.attempt == 1
-    assert claim.attempts == 1
-    assert claim.attempt_path == claim.path / "attempt-1"
+    assert claim.run_path == claim.path / "attempt-1"
     assert claim.spec.args == (1,)
     assert claim.spec.max_attempts == 4
     assert attempts_file(claim.path) == "1\n"
-    assert claim.attempt_path.is_dir()
+    assert claim.run_path.is_dir()
     assert sorted(os.listdir(claim.path)) == ["attempt-1", "attempts", "events", "job.json"]
     job = queue.job(job_id)
     assert (job.state, job.owner, job.attempts) == (State.CLAIMED, owner.name, 1)
@@ -372,8 +371,8 @@ def test_each_claim_adds_an_attempt_and_never_reuses_a_run_folder(queue: Queue, 
     job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
     for number in (1, 2, 3):
         claim = claim_one(queue, owner)
-        assert (claim.attempt, claim.attempts) == (number, number)
-        (claim.attempt_path / "stdout").write_text(f"run {number}\n")
+        assert (claim.run, claim.attempt) == (number, number)
+        (claim.run_path / "stdout").write_text(f"run {number}\n")
         queue.fail(claim, {"message": f"run {number} failed"})
     job = queue.job(job_id)
     assert job.state is State.DEAD
@@ -385,7 +384,7 @@ def test_each_claim_adds_an_attempt_and_never_reuses_a_run_folder(queue: Queue, 
 def test_complete_links_the_attempts_result(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    (claim.attempt_path / "result.json").write_text('{"thumbnail": "a@320.png"}\n')
+    (claim.run_path / "result.json").write_text('{"thumbnail": "a@320.png"}\n')
     queue.record_outcome(claim, {"exit_code": 0})
     queue.complete(claim)
     done = queue.path / "done" / job_id
@@ -430,7 +429,7 @@ def test_fail_without_a_delay_goes_back_to_ready(queue: Queue, owner: Owner, han
     assert hand.names(State.READY) == [f"098.{job_id}"]
     assert hand.names(State.SCHEDULED) == []
     claim = claim_one(queue, owner)
-    assert (claim.job_id, claim.attempt, claim.attempts) == (job_id, 2, 2)
+    assert (claim.job_id, claim.run, claim.attempt) == (job_id, 2, 2)
 
 
 @pytest.mark.parametrize(
@@ -466,7 +465,7 @@ def test_release_gives_the_attempt_back(queue: Queue, owner: Owner, hand: Hand) 
     job_id = queue.with_options(priority=1).enqueue("sample.echo")
     queue.fail(claim_one(queue, owner), {"message": "first run failed"})
     claim = claim_one(queue, owner)
-    assert (claim.attempt, claim.attempts) == (2, 2)
+    assert (claim.run, claim.attempt) == (2, 2)
     queue.record_outcome(claim, {"released": True})
     queue.release(claim, reason="drain")
     assert hand.names(State.READY) == [f"099.{job_id}"]
@@ -476,7 +475,7 @@ def test_release_gives_the_attempt_back(queue: Queue, owner: Owner, hand: Hand) 
     assert [attempt.counted for attempt in job.history] == [True, False]
     assert last_event(job.path) == "drain: run 2 stopped, attempt not counted"
     again = claim_one(queue, owner)
-    assert (again.attempt, again.attempts) == (3, 2)
+    assert (again.run, again.attempt) == (3, 2)
 
 
 def test_release_of_a_first_attempt_goes_back_to_zero(queue: Queue, owner: Owner) -> None:
@@ -521,7 +520,7 @@ def test_stale_owner_gets_claim_lost(
 ) -> None:
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    (claim.attempt_path / "result.json").write_text('"stale"\n')
+    (claim.run_path / "result.json").write_text('"stale"\n')
     taken(queue, hand, owner)
     before = where(hand, job_id)
     with pytest.raises(ClaimLost, match=rf"job {job_id} .*no longer in claimed/{owner.name}/"):
@@ -537,7 +536,7 @@ def test_stale_owner_cannot_complete_a_job_another_owner_now_holds(queue: Queue,
     _reaped(queue, hand, owner)
     successor = hand.owner()
     current = claim_one(queue, successor)
-    assert (current.job_id, current.attempt, current.attempts) == (job_id, 2, 2)
+    assert (current.job_id, current.run, current.attempt) == (job_id, 2, 2)
     with pytest.raises(ClaimLost):
         queue.complete(stale)
     with pytest.raises(ClaimLost):
@@ -606,7 +605,7 @@ def test_retry_of_a_dead_job_resets_its_attempts(queue: Queue, owner: Owner, han
     assert where(hand, job_id) == [f"ready/097.{job_id}"]
     assert queue.job(job_id).attempts == 0
     claim = claim_one(queue, owner)
-    assert (claim.job_id, claim.attempt, claim.attempts) == (job_id, 3, 1)
+    assert (claim.job_id, claim.run, claim.attempt) == (job_id, 3, 1)
     runs = ["attempt-1", "attempt-2", "attempt-3"]
     assert sorted(os.listdir(claim.path)) == [*runs, "attempts", "error.json", "events", "job.json"]
 
@@ -714,23 +713,23 @@ def test_list_filters_by_state_function_and_limit(queue: Queue, owner: Owner, sa
     claim = claim_one(queue, owner)
     assert claim.job_id == adds[0]
 
-    assert [job.id for job in queue.list(State.READY)] == [*adds[1:], *echoes]
-    assert [job.id for job in queue.list("ready", function="sample.echo")] == echoes
-    assert [job.id for job in queue.list(State.READY, function=add_name)] == adds[1:]
-    assert [job.id for job in queue.list(State.READY, limit=2)] == adds[1:3]
-    assert [job.id for job in queue.list(State.SCHEDULED)] == [scheduled]
-    assert [(job.id, job.owner) for job in queue.list(State.CLAIMED)] == [(adds[0], owner.name)]
-    assert queue.list(State.DONE) == []
-    everything = queue.list()
+    assert [job.id for job in queue.jobs(State.READY)] == [*adds[1:], *echoes]
+    assert [job.id for job in queue.jobs("ready", function="sample.echo")] == echoes
+    assert [job.id for job in queue.jobs(State.READY, function=add_name)] == adds[1:]
+    assert [job.id for job in queue.jobs(State.READY, limit=2)] == adds[1:3]
+    assert [job.id for job in queue.jobs(State.SCHEDULED)] == [scheduled]
+    assert [(job.id, job.owner) for job in queue.jobs(State.CLAIMED)] == [(adds[0], owner.name)]
+    assert queue.jobs(State.DONE) == []
+    everything = queue.jobs()
     assert sorted(job.id for job in everything) == sorted([*adds, *echoes, scheduled])
     assert [job.state for job in everything] == [State.READY] * 4 + [State.SCHEDULED, State.CLAIMED]
-    assert [job.id for job in queue.list(function="sample.echo", limit=3)] == [*echoes, scheduled]
-    assert queue.list(limit=0) == []
+    assert [job.id for job in queue.jobs(function="sample.echo", limit=3)] == [*echoes, scheduled]
+    assert queue.jobs(limit=0) == []
 
 
 def test_list_of_an_unknown_state_is_refused(queue: Queue) -> None:
     with pytest.raises(ValueError, match=r"'waiting' is not a valid State"):
-        queue.list("waiting")
+        queue.jobs("waiting")
 
 
 def test_counts_every_state(queue: Queue, owner: Owner) -> None:
@@ -747,7 +746,7 @@ def test_counts_every_state(queue: Queue, owner: Owner) -> None:
     counts = queue.counts()
     assert counts == {"incoming": 0, "ready": 4, "scheduled": 3, "claimed": 2, "done": 2, "dead": 1}
     assert list(counts) == ["incoming", "ready", "scheduled", "claimed", "done", "dead"]
-    assert counts == {state.value: len(queue.list(state)) for state in State}
+    assert counts == {state.value: len(queue.jobs(state)) for state in State}
 
 
 def test_events_tell_the_story(queue: Queue, owner: Owner) -> None:
@@ -773,4 +772,4 @@ def test_events_tell_the_story(queue: Queue, owner: Owner) -> None:
 def test_state_compares_equal_to_its_folder_name(queue: Queue) -> None:
     job_id = queue.enqueue("sample.echo")
     assert queue.job(job_id).state == "ready"
-    assert queue.list(state="ready")[0].id == job_id
+    assert queue.jobs(state="ready")[0].id == job_id

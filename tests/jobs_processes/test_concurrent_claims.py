@@ -174,7 +174,7 @@ def test_claims_stay_exactly_once_while_two_processes_enqueue(tmp_path: Path, ch
 
 
 def test_reading_a_job_while_managers_move_it_never_fails(tmp_path: Path, children: Children) -> None:
-    """queue.job() and queue.list() see each job in one state, whatever moves it meanwhile."""
+    """queue.job() and queue.jobs() see each job in one state, whatever moves it meanwhile."""
     queue = Queue(tmp_path / "queue", durable=False)
     ids = queue.enqueue_many([Call("sample.echo") for _ in range(300)])
 
@@ -192,7 +192,7 @@ def test_reading_a_job_while_managers_move_it_never_fails(tmp_path: Path, childr
         assert time.monotonic() < deadline, f"the claimer finished only {queue.counts()['done']} jobs"
         for job_id in ids[::7]:
             seen.add(queue.job(job_id).state)
-        assert {job.id for job in queue.list()} <= set(ids)
+        assert {job.id for job in queue.jobs()} <= set(ids)
     children.wait_ok(pid)
     assert {State.READY, State.DONE} <= seen
 
@@ -220,7 +220,7 @@ def test_reading_while_owner_folders_are_fenced_never_fails(tmp_path: Path, chil
     while not rounds_done.exists():
         assert time.monotonic() < deadline, "the mover did not finish its rounds"
         queue.counts()  # a snapshot: a job moving mid-count may show twice, but it must not raise
-        queue.list(state=State.CLAIMED)
+        queue.jobs(state=State.CLAIMED)
         queue.job(ids[looks % len(ids)])
         looks += 1
     children.wait_ok(pid)

@@ -118,7 +118,7 @@ def publish(queue: Queue, published: list[str], **options: Any) -> str:
 
 def write_result(claim: Claim) -> None:
     """What a successful run leaves in its attempt folder."""
-    (claim.attempt_path / "result.json").write_text(json.dumps({"run": claim.attempt}) + "\n")
+    (claim.run_path / "result.json").write_text(json.dumps({"run": claim.run}) + "\n")
 
 
 def with_bystanders(queue: Queue, published: list[str]) -> None:
@@ -555,7 +555,7 @@ def test_a_lost_completion_never_leaves_its_result_for_a_later_run(tmp_path: Pat
     queue.register_owner(owner)
     claim = queue.claim(owner.name)
     assert claim is not None
-    assert (claim.job_id, claim.attempt) == (target, 2)
+    assert (claim.job_id, claim.run) == (target, 2)
     queue.complete(claim)  # run 2 succeeded and wrote no result.json
     done = queue.job(target)
     assert done.state is State.DONE

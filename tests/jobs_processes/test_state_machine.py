@@ -175,7 +175,7 @@ class QueueMachine(RuleBasedStateMachine):
         assert job.attempts < job.max_attempts  # so the claim cannot bury it instead
         job.attempts += 1
         job.runs += 1
-        assert (got.owner, got.attempts, got.attempt) == (owner.name, job.attempts, job.runs)
+        assert (got.owner, got.attempt, got.run) == (owner.name, job.attempts, job.runs)
         job.state, job.owner, job.claim = State.CLAIMED, owner.name, got
         self.claims.append(got)
 
@@ -188,10 +188,10 @@ class QueueMachine(RuleBasedStateMachine):
                 self.queue.complete(claim, self.now)
             return
         if with_result:
-            (claim.attempt_path / "result.json").write_text(json.dumps({"run": claim.attempt}))
+            (claim.run_path / "result.json").write_text(json.dumps({"run": claim.run}))
         self.queue.complete(claim, self.now)
         job.state, job.owner, job.claim = State.DONE, None, None
-        job.result = {"run": claim.attempt} if with_result else None
+        job.result = {"run": claim.run} if with_result else None
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data(), delay=st.sampled_from([0.0, 0.0, 1.0, 45.0]), permanent=st.booleans())

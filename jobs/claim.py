@@ -1,0 +1,434 @@
+"""The owning manager's side of a queue: register, heartbeat, claim, and move each
+claimed job on (record its run's outcome, complete, fail, release).
+
+Ownership is location: a job in `claimed/OWNER/` is held by OWNER, so a stale
+owner's complete or fail finds its source gone and raises ClaimLost instead of
+recording anything. Owner folders are reached by name under the handle of
+`claimed/`, never through a handle of the owner's folder: a sweeper fences an
+owner by renaming its folder, and every step after that must fail.
+
+Words (see `jobs.fate`): a *run* is one `attempt-N` folder, N its run number;
+an *attempt* is a run that counts against `max_attempts`.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs import fate, files, sweep, view
+from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
+from jobs.fate import Cause
+from jobs.folder import OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem, indented_json
+from jobs.handles import Dir, Entry
+from jobs.index import ReadyIndex
+from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
+from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, SKIPPED_FILES, Owner
+from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
+
+log = logging.getLogger(__name__)
+
+NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # what opening a folder that is gone, a file or a link raises
+EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
+EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job this owner holds, with the run it is about to start and the policy it runs under.
+    `place` is where the job is, reached through the queue's handles; `path` shows it."""
+
+    job_id: str
+    owner: str
+    path: Path
+    spec: JobSpec
+    run: int  # the number of its run folder, `attempt-N`
+    attempt: int  # which attempt this run is, counted against `policy.max_attempts`
+    policy: Policy
+    place: Entry = field(compare=False, repr=False)
+
+    @property
+    def run_path(self) -> Path:
+        return self.path / f"attempt-{self.run}"
+
+    @property
+    def run_place(self) -> Entry:
+        """Where the folder of this claim's run is."""
+        return Entry(self.place.dir, f"{self.place.name}/attempt-{self.run}")
+
+
+class Claimer:
+    """Claims jobs for the owners of one queue object and moves them on."""
+
+    def __init__(self, folder: QueueFolder, index: ReadyIndex) -> None:
+        self.folder = folder
+        self._index = index
+        self._policies = PolicyMemo()
+        self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
+        self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why (the first Skips.LIMIT)
+        self.more_to_examine = False  # the last claim() stopped at its budget of entries
+
+    # -- the owner ---------------------------------------------------------------
+
+    def register(self, owner: Owner, functions: Functions | None) -> None:
+        """Create `claimed/OWNER/` with its owner file (its mtime is the heartbeat) and, given
+        `functions`, the list of what it runs. A failed registration leaves nothing behind."""
+        staging = self.folder.tmp / f".owner.{owner.name}"
+        try:
+            self.folder.make_dir(staging)
+            with staging.open() as made:
+                self.folder.write_new(made / OWNER_FILE, owner.to_json())
+                if functions is not None:
+                    advertised = indented_json({"functions": functions.advertised()})
+                    self.folder.write_new(made / FUNCTIONS_FILE, advertised)
+            self.folder.move(staging, self.folder.at(State.CLAIMED) / owner.name)
+        except BaseException:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # our own fresh folder (disk full, say)
+            raise
+
+    def heartbeat(self, owner: str) -> None:
+        """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
+        try:
+            os.utime(f"{owner}/{OWNER_FILE}", dir_fd=self.folder.at(State.CLAIMED).fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise ClaimLost(
+                f"owner {owner} of queue {self.folder.path} was reaped: a sweeper judged its lease expired "
+                "and returned its jobs to the queue"
+            ) from None
+
+    def record_skipped(self, owner: str, source: str, skipped: Mapping[str, str], count: int | None = None) -> None:
+        """Keep in `owner`'s folder what it skipped (`source`: "claims" or "sweep"), for
+        `forkvisor status`; an owner folder gone meanwhile is no error (nothing to report)."""
+        document = {"count": len(skipped) if count is None else count, "skipped": dict(skipped)}
+        try:
+            with self.folder.at(State.CLAIMED).sub(owner) as owner_dir:
+                self.folder.write_json(owner_dir / SKIPPED_FILES[source], document)
+        except FileNotFoundError:
+            pass
+
+    def retire(self, owner: str) -> None:
+        """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
+        claimed = self.folder.at(State.CLAIMED)
+        try:
+            with claimed.sub(owner) as owner_dir:
+                if any(view.stray_names(owner_dir)):
+                    return
+                for name in OWNER_FILES:
+                    files.unlink_if_there(name, owner_dir.fd)
+        except FileNotFoundError:
+            return  # a sweeper reaped it already
+        try:
+            os.rmdir(owner, dir_fd=claimed.fd)
+        except OSError as exc:
+            log.warning("cannot remove owner folder %s: %s", claimed / owner, exc)
+
+    def return_unheld(self, owner: str, held: set[str], now: float, functions: Functions | None) -> int:
+        """Return to the queue the jobs in `claimed/OWNER/` that the owner holds no run of:
+        an error struck between their claim and their fork. Return how many moved."""
+        cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
+        owner_dir = self.folder.at(State.CLAIMED) / owner
+        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._index.add, functions)
+
+    # -- claiming ------------------------------------------------------------------
+
+    def claim(self, owner: str, now: float, functions: Functions | None) -> Claim | None:
+        """Claim the next ready job for `owner` and count its attempt; None if none is ready.
+        With `functions`, only a job they run: any other is given back as it was (no attempt
+        used) and not looked at again by this claimer."""
+        scans = self._index.scans
+        left, stop_at = EXAMINED_PER_CLAIM, time.monotonic() + EXAMINE_SECONDS
+        self.more_to_examine = False
+        # At most one scan per call, and a bounded number of entries: entries that cannot be
+        # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
+        try:
+            while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
+                claim = self._claim_entry(owner, name, now, functions)
+                if claim is not None:
+                    return claim
+                if (left := left - 1) == 0 or time.monotonic() > stop_at:
+                    self.more_to_examine = True  # the caller comes back at once, after its other chores
+                    return None
+            return None
+        finally:
+            if self.unclaimable and self._index.scans != scans:  # entries fixed or removed since are forgotten
+                self.unclaimable = {name: why for name, why in self.unclaimable.items() if self._index.is_skipped(name)}
+
+    def _claim_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | None:
+        try:
+            return self._try_entry(owner, name, now, functions)
+        except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
+            # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
+            self._index.skip(name)
+            if len(self.unclaimable) < sweep.Skips.LIMIT:
+                self.unclaimable[name] = f"{exc.strerror or exc} ({os.path.basename(exc.filename or name)})"
+            log.warning("cannot claim ready/%r: %s; skipping it (see `forkvisor status`)", name, exc)
+            self._return_if_held(owner, name)
+            return None
+
+    def _return_if_held(self, owner: str, name: str) -> None:
+        """Put back an entry a failed claim moved into this owner's folder."""
+        parsed = parse_ready_name(name)
+        if parsed is None:
+            return
+        try:
+            self.folder.move(self.folder.at(State.CLAIMED) / f"{owner}/{parsed[0]}", self.folder.at(State.READY) / name)
+        except (OSError, MoveCollision):
+            pass  # not moved, or it cannot go back: this owner's heartbeat returns it
+
+    def _try_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | None:
+        ready, claimed = self.folder.at(State.READY), self.folder.at(State.CLAIMED)
+        parsed = parse_ready_name(name)
+        problem = entry_problem(ready / name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
+        if problem:
+            self.folder.quarantine(ready / name, problem, now)
+            return None
+        if parsed is None:
+            raise InternalError(f"ready entry {name!r} has no problem but no parsed name: a bug in forkvisor")
+        target = claimed / f"{owner}/{parsed[0]}"
+        try:
+            # No fsync: a claim lost to power failure is just ready again.
+            files.move(name, target.name, src_dir_fd=ready.fd, dst_dir_fd=claimed.fd)
+        except FileNotFoundError:
+            if not claimed.is_dir(owner):
+                raise ClaimLost(
+                    f"cannot claim for owner {owner} in {self.folder.path}: its folder claimed/{owner} is gone"
+                ) from None
+            return None  # another owner claimed it first
+        except MoveCollision:
+            self.folder.quarantine(ready / name, f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)", now)
+            return None
+        files.checkpoint("claim:moved")
+        try:
+            return self._begin_run(owner, target, parsed[0], name, now, functions)
+        except FileNotFoundError:
+            return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
+
+    def _begin_run(
+        self, owner: str, place: Entry, job_id: str, name: str, now: float, functions: Functions | None
+    ) -> Claim | None:
+        with place.open() as job:
+            try:
+                spec = self.folder.read_spec(job, job_id)
+            except UnsupportedFormat as exc:
+                self._give_back(place, name, f"job.json format ({exc})")
+                return None
+            except InvalidJob as exc:
+                self._bury(place, job_id, fate.invalid(str(exc)), now)
+                return None
+            if functions is not None and not functions.knows(spec.function):
+                self._give_back(place, name, spec.function)
+                return None
+            try:
+                used = self.folder.read_counter(job)
+            except InvalidJob as exc:
+                self._bury(place, job_id, fate.invalid(str(exc)), now)
+                return None
+            policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
+            dead = fate.before_run(cancel_requested(job), used, policy.max_attempts)
+            if dead is not None:
+                self._bury(place, job_id, dead, now)
+                return None
+            self.folder.write_counter(job, used + 1)  # counted before the fork
+            files.checkpoint("claim:counted")
+            run = self._new_run_folder(job)
+            files.checkpoint("claim:attempt-created")
+            # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
+            with job.sub(f"attempt-{run}") as opened:
+                files.write_new(POLICY_FILE, record, durable=False, mode=self.folder.file_mode, dir_fd=opened.fd)
+            self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
+        return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place)
+
+    def _give_back(self, place: Entry, name: str, function: str) -> None:
+        """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
+        event (every manager that cannot run it passes it once), and never looked at again here."""
+        self._index.skip(name)  # first: the watcher will report the name coming back
+        ready = self.folder.at(State.READY)
+        try:
+            files.move(place.name, name, src_dir_fd=place.dir.fd, dst_dir_fd=ready.fd)
+        except FileNotFoundError:
+            return  # reaped meanwhile: the sweeper returned it
+        except MoveCollision:
+            self.folder.quarantine(place, f"{name} is in ready/ twice (a copy?)", time.time())
+        self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
+
+    def _new_run_folder(self, job: Dir) -> int:
+        """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
+        It lists the job folder rather than trusting the counter: an operator's `retry`
+        resets the counter, and a hand-edited job may have gaps, but run numbers only grow."""
+        number = view.last_attempt(job) + 1
+        while True:
+            try:
+                self.folder.make_dir(job / f"attempt-{number}")
+                return number
+            except FileExistsError:
+                number += 1
+
+    # -- a claimed job ---------------------------------------------------------------
+
+    def state(self, claim: Claim) -> tuple[bool, bool]:
+        """Whether the claimed job is still where its claim put it, and whether an operator
+        cancelled it; OSError when it cannot be looked at now (not the same as gone)."""
+        try:
+            with claim.place.open() as job:
+                return True, cancel_requested(job)
+        except OSError as exc:
+            if exc.errno in NOT_A_FOLDER:  # gone, or not a folder any more
+                return False, False
+            raise
+
+    def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
+        """Write how the run ended into its folder (exit status, rusage, error...)."""
+        with self._open(claim, "record the outcome of") as job, self._run_folder(job, claim, now) as run:
+            self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
+
+    def complete(self, claim: Claim, now: float) -> None:
+        """Move a claimed job to `done/`, with its run's result as `result.json`."""
+        with self._open(claim, "complete") as job:
+            self._link_result(job, claim, now)
+            files.checkpoint("complete:result-linked")
+            # Logged first: a kill right after the move must not leave the story without its end.
+            self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
+        self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
+
+    def fail(self, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool) -> State:
+        """Record a failed attempt: schedule a retry after `delay`, or bury the job in
+        `dead/` once its attempts are used up, at once when `permanent` or cancelled."""
+        limit = claim.policy.max_attempts
+        dead = fate.after_failure(self._cancel_requested(claim), claim.attempt, limit, claim.run, error, permanent)
+        if dead is not None:
+            self._bury(claim.place, claim.job_id, dead, now, claim)
+            return State.DEAD
+        due = now + max(0.0, delay)
+        state, target = self._waiting_place(claim.spec, due, now)
+        what = "ready" if state is State.READY else f"retry in {delay:.1f}s"
+        with self._open(claim, "fail") as job:
+            # Logged before the move: once in ready/, another manager may claim the job at once.
+            self.folder.log_event(job, f"failed: attempt {claim.attempt}/{limit}, {what}", now)
+        self._move_claimed(claim, target, "fail")
+        if state is State.READY:
+            self._index.add(target.name)
+        return state
+
+    def release(self, claim: Claim, now: float, reason: str) -> None:
+        """Put a claimed job back in `ready/` without using an attempt (operator shutdown);
+        a job an operator cancelled goes to `dead/` instead."""
+        dead = fate.after_release(self._cancel_requested(claim))
+        if dead is not None:
+            self._bury(claim.place, claim.job_id, dead, now, claim)
+            return
+        with self._open(claim, "release") as job:
+            self.folder.write_counter(job, max(0, claim.attempt - 1))
+            files.checkpoint("release:uncounted")
+            self.folder.log_event(job, f"{reason}: run {claim.run} stopped, attempt not counted", now)
+        target = self.folder.at(State.READY) / ready_name(claim.job_id, claim.spec.priority)
+        self._move_claimed(claim, target, "release")
+        self._index.add(target.name)
+
+    def note_lost(self, claim: Claim, how: str, now: float) -> None:
+        """Log in the job's events that this run's claim was lost (wherever the job is now)."""
+        try:
+            _, place = view.locate(self.folder, claim.job_id)
+            with place.open() as job:
+                self.folder.log_event(job, f"run {claim.run} by {claim.owner} {how} after its claim was lost", now)
+        except (JobsError, FileNotFoundError):
+            return
+
+    def _cancel_requested(self, claim: Claim) -> bool:
+        try:
+            with claim.place.open() as job:
+                return cancel_requested(job)
+        except FileNotFoundError:
+            return False  # lost: the caller's next step says so
+
+    def _open(self, claim: Claim, verb: str) -> Dir:
+        """The claimed job's folder, opened; ClaimLost if it is no longer where the claim put it."""
+        try:
+            return claim.place.open()
+        except FileNotFoundError:
+            raise self._lost(claim, verb) from None
+
+    def _run_folder(self, job: Dir, claim: Claim, now: float) -> Dir:
+        """The claim's run folder, opened without following a link. One the job removed, or put
+        a link or a file in the place of, is quarantined and made again: the manager's record
+        goes into a folder of its own, never where a link points."""
+        name = f"attempt-{claim.run}"
+        try:
+            return job.sub(name)
+        except OSError as exc:
+            if exc.errno not in NOT_A_FOLDER:
+                raise
+        if job.exists(name):
+            self.folder.quarantine(job / name, f"the folder of run {claim.run} was replaced while it ran", now)
+        log.warning("job %s: the folder of run %d was gone or replaced; recording anew", claim.job_id, claim.run)
+        try:
+            self.folder.make_dir(job / name)
+        except FileExistsError:
+            pass  # put back meanwhile: it is opened (or refused) below
+        return job.sub(name)
+
+    def _link_result(self, job: Dir, claim: Claim, now: float) -> None:
+        """Make `result.json` the completing run's result, or remove one a lost run left.
+        Only a regular file is linked: whatever else the run left there is not its result."""
+        staging = f".{RESULT_FILE}.link"
+        for name in (RESULT_FILE, staging):
+            self.folder.clear_the_way(job, name, now)
+        files.unlink_if_there(staging, job.fd)
+        linked = False
+        try:
+            with job.sub(f"attempt-{claim.run}") as run:
+                if stat.S_ISREG(run.lstat(RESULT_FILE).st_mode):
+                    os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
+                    linked = True
+        except OSError as exc:
+            if exc.errno not in NOT_A_FOLDER:
+                raise
+        if not linked:
+            files.unlink_if_there(RESULT_FILE, job.fd)  # no result of this run (none, or its folder is gone)
+            return
+        os.replace(staging, RESULT_FILE, src_dir_fd=job.fd, dst_dir_fd=job.fd)
+
+    def _waiting_place(self, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:
+        if due <= now:
+            return State.READY, self.folder.at(State.READY) / ready_name(spec.id, spec.priority)
+        return State.SCHEDULED, self.folder.at(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
+
+    def _move_claimed(self, claim: Claim, target: Entry, verb: str) -> None:
+        try:
+            self.folder.move(claim.place, target)
+        except FileNotFoundError:
+            raise self._lost(claim, verb) from None
+        except MoveCollision:
+            where = os.path.basename(target.dir.path)
+            raise self._quarantine_copy(claim.place, where, verb, time.time()) from None
+
+    def _quarantine_copy(self, place: Entry, where: str, verb: str, now: float) -> ClaimLost:
+        """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
+        why = f"cannot {verb} job {os.path.basename(place.name)}: {where}/ already holds a job with this id (a copy?)"
+        self.folder.quarantine(place, why, now)
+        return ClaimLost(f"{why}; this copy was moved to quarantine/")
+
+    def _lost(self, claim: Claim, verb: str) -> ClaimLost:
+        return ClaimLost(
+            f"cannot {verb} job {claim.job_id} in {self.folder.path}: it is no longer in claimed/{claim.owner}/; "
+            f"a sweeper took it back after owner {claim.owner} stopped heartbeating"
+        )
+
+    def _bury(self, place: Entry, job_id: str, cause: Cause, now: float, claim: Claim | None = None) -> None:
+        """Bury a job this claimer holds; with its `claim`, ClaimLost if it is gone or a copy."""
+        try:
+            self.folder.bury(place, job_id, cause, now)
+        except FileNotFoundError:
+            if claim is None:
+                raise
+            raise self._lost(claim, "fail") from None
+        except MoveCollision:
+            lost = self._quarantine_copy(place, State.DEAD.value, "bury", now)
+            if claim is not None:
+                raise lost from None
