@@ -70,6 +70,29 @@ class Queue:
     def path(self) -> Path:
         return self.folder.path
 
+    def state_path(self, state: State) -> Path:
+        """A state folder's path, to show or to watch (every operation goes through handles)."""
+        return self.folder.state_dir(state)
+
+    @property
+    def shared(self) -> bool:
+        """A queue whose group may submit (see docs/SECURITY.md)."""
+        return self.folder.shared
+
+    @property
+    def durable(self) -> bool:
+        return self.folder.durable
+
+    def problems(self) -> list[str]:
+        """What lets others steer this queue (a folder or `queue.json` others may write, an owner
+        not this process's user); empty when a manager may serve it (docs/SECURITY.md)."""
+        return self.folder.problems()
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the files written in it (0640 shared, 0600 private)."""
+        return self.folder.file_mode
+
     def __repr__(self) -> str:
         return f"Queue({str(self.path)!r})"
 

@@ -11,38 +11,17 @@ import functools
 import os
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import Any
-
-import psutil
 
 from jobs import COMMAND, Claim, InvalidJob, Queue, State, document
 from jobs.handles import Dir
 from supervisor.child import CHILD_ERROR_FILE, RESULT_FILE
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
+from supervisor.running import Running, Stop
 
 STDERR_TAIL_BYTES = 4096
 MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
-
-
-@dataclass
-class Running:
-    """A job's child as the manager tracks it."""
-
-    pid: int
-    claim: Claim
-    started: float  # monotonic
-    started_wall: float
-    limit: str | None = None  # "timeout", "memory", "cancelled", "drain" once one is hit
-    kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
-    lost: bool = False  # a sweeper took the claim back
-    descendants: list[psutil.Process] = field(default_factory=list)
-
-    @property
-    def released(self) -> bool:
-        """Stopped by an operator's shutdown: goes back without using an attempt."""
-        return self.limit == "drain"
 
 
 def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[str, Any]:
@@ -72,7 +51,7 @@ def _outcome(running: Running, status: ExitStatus, now_wall: float, run: Dir | N
         "status": status.describe(),
         "exit_code": status.code,
         "signal": status.signal.name if status.signal else None,
-        "limit": running.limit,
+        "limit": running.stopped.value if running.stopped else None,
         "released": running.released and not is_success(running, status, run),
         "succeeded": is_success(running, status, run),
         "host": host_name(),
@@ -110,7 +89,7 @@ def is_success(running: Running, status: ExitStatus, run: Dir | None = None) -> 
     (looked for in `run`, the run's folder, or through the claim)."""
     if status.code != EXIT_OK:
         return False
-    if running.limit == "drain":
+    if running.stopped is Stop.DRAIN:
         if run is not None:
             return run.exists(RESULT_FILE)
         opened = _open_run(running.claim)
@@ -118,11 +97,11 @@ def is_success(running: Running, status: ExitStatus, run: Dir | None = None) -> 
             return False
         with opened:
             return opened.exists(RESULT_FILE)
-    return running.limit is None
+    return running.stopped is None
 
 
 def is_permanent(running: Running, status: ExitStatus) -> bool:
-    return status.code == EXIT_CANNOT_COMPLETE or running.limit == "cancelled"
+    return status.code == EXIT_CANNOT_COMPLETE or running.stopped is Stop.CANCELLED
 
 
 @functools.cache
@@ -151,14 +130,14 @@ def child_error(run: Dir) -> dict[str, Any] | None:
 def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     """An error message for an attempt that died without recording one itself."""
     spec, policy = running.claim.spec, running.claim.policy
-    if running.limit == "timeout":
+    if running.stopped is Stop.TIMEOUT:
         return {"type": "Timeout", "message": f"ran past its timeout of {policy.timeout or 0:g}s; {status.describe()}"}
-    if running.limit == "memory":
+    if running.stopped is Stop.MEMORY:
         limit_mb = (policy.memory_limit or 0) / 2**20
         return {"type": "MemoryLimit", "message": f"used more than {limit_mb:.0f} MiB RSS; {status.describe()}"}
-    if running.limit == "cancelled":
+    if running.stopped is Stop.CANCELLED:
         return {"type": "Cancelled", "message": f"cancelled by an operator; {status.describe()}"}
-    if running.limit == "drain":
+    if running.stopped is Stop.DRAIN:
         return {"type": "Released", "message": f"stopped by the manager's shutdown; {status.describe()}"}
     if status.code == EXIT_OK:
         return None

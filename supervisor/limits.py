@@ -1,22 +1,12 @@
-"""Limits on a running job: its timeout and memory, and how it is stopped.
-
-A job is stopped as a whole tree: SIGTERM to its process group and to every
-descendant psutil can find (some leave the group with setsid), then SIGKILL
-after the grace period. Descendants are remembered as they are found, so the
-SIGKILL still reaches those the child's exit orphaned.
-"""
+"""A running job's limits: when its timeout runs out, and whether its tree uses more
+memory than it may. Pure checks: `children` acts on what they find."""
 
 from __future__ import annotations
-
-import logging
-import signal
 
 import psutil
 
 from supervisor import forking
-from supervisor.harvest import Running
-
-log = logging.getLogger(__name__)
+from supervisor.running import Running, Stop
 
 
 def deadline_of(running: Running) -> float:
@@ -24,37 +14,14 @@ def deadline_of(running: Running) -> float:
     return running.started + (running.claim.policy.timeout or float("inf"))
 
 
-def limit_hit(running: Running, now: float, check_memory: bool) -> str | None:
-    """ "timeout" or "memory" if the job just went past one of its limits."""
+def limit_hit(running: Running, now: float, check_memory: bool) -> Stop | None:
+    """The limit the job just went past, if any."""
     policy = running.claim.policy
     if policy.timeout and now >= deadline_of(running):
-        return "timeout"
+        return Stop.TIMEOUT
     if check_memory and policy.memory_limit and tree_rss(running.pid) > policy.memory_limit:
-        return "memory"
+        return Stop.MEMORY
     return None
-
-
-def stop(running: Running, limit: str, now: float, grace: float) -> None:
-    """SIGTERM the job's tree now; `escalate` SIGKILLs it after `grace` seconds."""
-    running.limit = limit
-    running.kill_at = now + grace
-    log.warning("job %s pid %d: %s, sending SIGTERM", running.claim.job_id, running.pid, limit)
-    signal_job(running, signal.SIGTERM)
-
-
-def escalate(running: Running, now: float) -> None:
-    """SIGKILL a stopped job's tree once its grace period is over."""
-    if running.kill_at is not None and now >= running.kill_at:
-        log.warning("job %s pid %d: still running after SIGTERM, sending SIGKILL", running.claim.job_id, running.pid)
-        signal_job(running, signal.SIGKILL)
-        running.kill_at = None
-
-
-def signal_job(running: Running, signum: signal.Signals) -> None:
-    """Signal the job's group and every descendant seen so far."""
-    known = {process.pid for process in running.descendants}
-    running.descendants += [p for p in forking.job_tree(running.pid) if p.pid not in known]
-    forking.signal_tree(running.pid, signum, running.descendants)
 
 
 def tree_rss(pid: int) -> int:

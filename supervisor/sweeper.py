@@ -19,6 +19,7 @@ from setproctitle import setproctitle
 
 from jobs import Functions, JobsError, Queue, State
 from supervisor import forking, liveness
+from supervisor.pacing import Backoff
 
 log = logging.getLogger(__name__)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
@@ -81,7 +82,7 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
     try:
         queue.check_folders()  # a replaced state folder is not swept through the old handle
         now = queue.filesystem_now()
-        queue.folder.reload_settings()  # a lost run's attempt limit may come from them
+        queue.reload_settings()  # a lost run's attempt limit may come from them
         done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
         # For managers that do not watch it, and the leftovers of take-ins whose manager died:
         done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP, leftovers=True)
@@ -109,30 +110,33 @@ class SweeperChild:
     ) -> None:
         """`owner` names the manager's owner folder when the sweeper starts (it may change)."""
         self._body = lambda: run(
-            queue.path, functions, queue.folder.durable, interval, tmp_age, retention, owner() if owner else None
+            queue.path, functions, queue.durable, interval, tmp_age, retention, owner() if owner else None
         )
         self.pid: int | None = None
-        self.restart_at = 0.0
-        self._backoff = BACKOFF_MIN
+        self._restarts = Backoff(BACKOFF_MIN, BACKOFF_MAX)
         self._started = 0.0
+
+    @property
+    def restart_at(self) -> float:
+        """When a dead sweeper may start again (monotonic)."""
+        return self._restarts.next_try
 
     def keep(self, now: float, close_fds: list[int]) -> None:
         """Start the sweeper if it is not running and its back-off is over."""
-        if self.pid is not None or now < self.restart_at:
+        if self.pid is not None or not self._restarts.due(now):
             return
         try:
             self.pid = forking.start_child(self._body, close_fds)
             self._started = now
         except OSError as exc:  # out of processes or memory: try again later, never die of it
-            log.error("cannot start the sweeper: %s; retrying in %.0fs", exc, self._backoff)
-            self._back_off(now)
+            log.error("cannot start the sweeper: %s; retrying in %.0fs", exc, self._restarts.failed(now))
 
     def died(self, status: forking.ExitStatus, now: float) -> None:
         if now - self._started > HEALTHY_RUN:
-            self._backoff = BACKOFF_MIN  # it ran fine for a while: not a crash loop
-        log.warning("sweeper pid %d %s; restarting it in %.0fs", status.pid, status.describe(), self._backoff)
+            self._restarts.succeeded()  # it ran fine for a while: not a crash loop
+        wait = self._restarts.failed(now)
+        log.warning("sweeper pid %d %s; restarting it in %.0fs", status.pid, status.describe(), wait)
         self.pid = None
-        self._back_off(now)
 
     def stop(self, grace: float) -> None:
         if self.pid is None:
@@ -140,7 +144,3 @@ class SweeperChild:
         pid, self.pid = self.pid, None
         forking.signal_tree(pid, signal.SIGTERM)
         forking.wait_for(pid, timeout=grace)
-
-    def _back_off(self, now: float) -> None:
-        self.restart_at = now + self._backoff
-        self._backoff = min(self._backoff * 2, BACKOFF_MAX)

@@ -235,17 +235,7 @@ def _force_close(manager: Manager) -> None:
             except ProcessLookupError:
                 pass  # gone already
     manager.running.clear()
-    for closing in (manager._selector.close, manager._signals.close):
-        try:
-            closing()
-        except (OSError, ValueError):
-            pass  # closed already
-    if manager._watch is not None:
-        try:
-            manager._watch.close()
-        except OSError:
-            pass  # closed already
-    manager._started = False
+    manager.wakeups.close()  # gives this process its signal handlers back
 
 
 def forkvisor_command() -> list[str]:

@@ -264,7 +264,7 @@ def test_no_busy_loop_between_sigterm_and_sigkill_of_a_timeout(procs: Processes,
     queue.with_options(timeout=0.2).enqueue(sample_jobs.ignore_term_block, str(ready))
     manager = procs.manager(queue, kill_grace=1.0)
     wait_until(
-        lambda: any(r.limit for r in manager.running.values()), 10, "the timeout stopped the job", manager=manager
+        lambda: any(r.stopped for r in manager.running.values()), 10, "the timeout stopped the job", manager=manager
     )
     cpu = time.process_time()
     while manager.running:
@@ -280,7 +280,7 @@ def test_no_busy_loop_after_the_drain_timeout(procs: Processes, queue: Queue, ba
     wait_until(ready.exists, 10, "the job started", manager=manager)
     manager.request_drain("test")
     manager.request_drain("a second request must not push the deadline out")
-    wait_until(lambda: any(r.limit for r in manager.running.values()), 10, "the drain stopped the job", manager=manager)
+    wait_until(lambda: any(r.stopped for r in manager.running.values()), 10, "the drain stopped the job", manager=manager)
     cpu = time.process_time()
     while manager.running:
         manager.step(timeout=None)

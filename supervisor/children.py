@@ -1,0 +1,148 @@
+"""The jobs' children: the one place that starts, stops, kills and reaps them.
+
+A job is stopped as a whole tree: SIGTERM to its process group and to every
+descendant psutil can find (some leave the group with setsid), then SIGKILL after
+the grace period. Descendants are remembered as they are found, so the SIGKILL
+still reaches those the child's exit orphaned; when a child exits, what it left
+in its process group goes too. Forks that fail (the host is out of processes or
+memory) make the next ones wait a growing while.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from jobs import Claim
+from supervisor import forking, limits
+from supervisor.pacing import Backoff
+from supervisor.running import Running, Stop
+
+log = logging.getLogger(__name__)
+FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
+
+
+class Children:
+    """The running jobs' children, at most `concurrency` of them."""
+
+    def __init__(self, concurrency: int, kill_grace: float, memory_poll: float) -> None:
+        self.running: dict[int, Running] = {}
+        self.concurrency = concurrency
+        self.kill_grace = kill_grace
+        self.memory_poll = memory_poll
+        self.forks = Backoff(FORK_BACKOFF_MIN, FORK_BACKOFF_MAX)
+        self._next_memory_check = 0.0
+        self._drain_deadline: float | None = None
+
+    def has_room(self, now: float) -> bool:
+        """A free slot, and no recent fork failure to wait out."""
+        return len(self.running) < self.concurrency and self.forks.due(now)
+
+    def held(self) -> set[str]:
+        return {running.claim.job_id for running in self.running.values()}
+
+    def start(self, claim: Claim, body: Callable[[], int], close_fds: Iterable[int]) -> int:
+        """Fork the child that runs `body`; OSError if the host cannot (EAGAIN, ENOMEM): the
+        job is fine, the caller puts it back, and the next fork waits (see `forks`)."""
+        try:
+            pid = forking.start_child(body, close_fds)
+        except OSError:
+            self.forks.failed(time.monotonic())
+            raise
+        self.forks.succeeded()
+        self.running[pid] = Running(pid, claim, time.monotonic(), time.time())
+        return pid
+
+    def reaped(self) -> Iterator[tuple[Running | None, forking.ExitStatus]]:
+        """Each child that exited, with its job (None for another child: the sweeper)."""
+        for status in forking.reap_nowait():
+            running = self.running.pop(status.pid, None)
+            if running is not None:
+                if running.stopped is not None:  # we stopped it: its leftovers go, even if they ignore SIGTERM
+                    forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
+                else:  # a job ends with its child: what it left in its process group goes too
+                    forking.kill_group(running.pid)
+            yield running, status
+
+    # -- stopping --------------------------------------------------------------------
+
+    def stop(self, running: Running, why: Stop, now: float) -> None:
+        """SIGTERM the job's tree now, SIGKILL it after the grace period (`enforce`)."""
+        running.stopped = why
+        running.kill_at = now + self.kill_grace
+        log.warning("job %s pid %d: %s, sending SIGTERM", running.claim.job_id, running.pid, why.value)
+        self._signal(running, signal.SIGTERM)
+
+    def kill_lost(self, running: Running) -> None:
+        """SIGKILL a job whose claim was taken back: its end will be recorded nowhere."""
+        running.lost = True
+        self._signal(running, signal.SIGKILL)
+
+    def kill_all(self) -> None:
+        """SIGKILL every job now (a second SIGTERM, or the manager closing): each goes back unfinished."""
+        for running in self.running.values():
+            running.stopped = running.stopped or Stop.DRAIN
+            self._signal(running, signal.SIGKILL)
+
+    def check_claims(self, claim_state: Callable[[Claim], tuple[bool, bool]], now: float) -> None:
+        """Kill the jobs whose claim a sweeper took back; stop those an operator cancelled.
+        `claim_state` says whether a claim still holds and whether its job was cancelled."""
+        for running in self.running.values():
+            try:
+                held, cancelled = claim_state(running.claim)
+            except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat
+                log.warning("cannot check the claim of job %s: %s", running.claim.job_id, exc)
+                continue
+            if not running.lost and not held:
+                self.kill_lost(running)
+            elif running.stopped is None and cancelled:
+                self.stop(running, Stop.CANCELLED, now)
+
+    def drain(self, now: float, timeout: float) -> None:
+        """Let the jobs run `timeout` more seconds, then stop them (they go back, not counted)."""
+        self._drain_deadline = now + timeout
+
+    def enforce(self, now: float) -> None:
+        """Stop the jobs past a limit or the drain deadline; SIGKILL those past their grace."""
+        check_memory = now >= self._next_memory_check
+        if check_memory:
+            self._next_memory_check = now + self.memory_poll
+        for running in list(self.running.values()):
+            if running.stopped is not None:
+                self._escalate(running, now)
+            elif (hit := limits.limit_hit(running, now, check_memory)) is not None:
+                self.stop(running, hit, now)
+        if self._drain_deadline is not None and now >= self._drain_deadline:
+            self._drain_deadline = None  # done once: kill_at takes it from here
+            for running in self.running.values():
+                if running.stopped is None:
+                    self.stop(running, Stop.DRAIN, now)
+
+    def next_deadline(self, now: float) -> float:
+        """When `enforce` has something to do next."""
+        deadlines = [r.kill_at for r in self.running.values() if r.kill_at is not None]
+        unstopped = [r for r in self.running.values() if r.stopped is None]  # a stopped job waits on kill_at
+        deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.policy.timeout]
+        if any(r.claim.policy.memory_limit for r in unstopped):
+            deadlines.append(self._next_memory_check)
+        if self._drain_deadline is not None:
+            deadlines.append(self._drain_deadline)
+        if len(self.running) < self.concurrency and not self.forks.due(now):
+            deadlines.append(self.forks.next_try)
+        return min(deadlines, default=float("inf"))
+
+    def _escalate(self, running: Running, now: float) -> None:
+        if running.kill_at is not None and now >= running.kill_at:
+            job_id = running.claim.job_id
+            log.warning("job %s pid %d: still running after SIGTERM, sending SIGKILL", job_id, running.pid)
+            self._signal(running, signal.SIGKILL)
+            running.kill_at = None
+
+    @staticmethod
+    def _signal(running: Running, signum: signal.Signals) -> None:
+        """Signal the job's group and every descendant seen so far."""
+        known = {process.pid for process in running.descendants}
+        running.descendants += [p for p in forking.job_tree(running.pid) if p.pid not in known]
+        forking.signal_tree(running.pid, signum, running.descendants)

@@ -1,0 +1,133 @@
+"""Recording what became of each claimed job, and moving it on.
+
+A harvested run's outcome is written and the job moved on (done, back to ready,
+a retry, dead: see `harvest.settle`). When the store fails (a full disk), the
+harvest is kept and tried again at every turn: the job stays this manager's
+meanwhile, and its heartbeat keeps the claim. A retry due soon is promoted by
+name when due, rather than waiting for a sweep (which would find it too).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from typing import Any
+
+from jobs import Claim, ClaimLost, JobsError, Queue
+from supervisor import forking, harvest
+from supervisor.health import StoreHealth
+from supervisor.running import Running
+
+log = logging.getLogger(__name__)
+
+
+class Outcomes:
+    """Records outcomes; keeps the harvests the store refused and the retries to promote."""
+
+    def __init__(self, queue: Queue, health: StoreHealth) -> None:
+        self.queue = queue
+        self.health = health
+        self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
+        self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
+
+    def held(self) -> set[str]:
+        """Jobs whose harvest waits to be recorded: still claimed by this manager."""
+        return {running.claim.job_id for running, _, _ in self._stranded}
+
+    def harvest(self, running: Running, status: forking.ExitStatus) -> None:
+        """Record a reaped child's run and move its job on (or keep it to try again)."""
+        claim = running.claim
+        if running.lost:
+            log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
+            try:
+                self.queue.note_lost(claim, status.describe())
+            except OSError as exc:  # the note is only informative
+                log.error("cannot note the lost claim in job %s: %s", claim.job_id, exc)
+            return
+        outcome = harvest.outcome_of(running, status, time.time())
+        if not self._record(running, status, outcome, report=True):
+            self._stranded.append((running, status, outcome))
+        elif log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
+            log.info("%s %s in %.3fs", describe(claim), _verdict(running, status), outcome["wall_time"])
+
+    def retry_stranded(self) -> None:
+        """Try again to record harvests that failed (disk full, say)."""
+        stranded, self._stranded = self._stranded, []
+        self._stranded = [entry for entry in stranded if not self._record(*entry, report=False)]
+
+    def promote_retries(self) -> None:
+        """Promote this manager's scheduled retries that are due, by name."""
+        now = time.time()
+        while self._retries and self._retries[0][0] <= now:
+            due, job_id, priority = heapq.heappop(self._retries)
+            try:
+                self.queue.promote(job_id, priority, due, now)
+            except (OSError, JobsError) as exc:
+                log.error("cannot promote the retry of job %s: %s; a sweep will", job_id, exc)
+
+    def next_deadline(self, now: float) -> float:
+        """When the next retry is due (on the monotonic clock of `now`)."""
+        if not self._retries:
+            return float("inf")
+        return now + max(0.0, self._retries[0][0] - time.time())
+
+    def unstarted(self, claim: Claim, exc: Exception) -> None:
+        """A job that cannot start here at all (unknown function, bad command, no such submitter): dead."""
+        error = {"type": type(exc).__name__, "message": str(exc)}
+        try:
+            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "error": error})
+            self.queue.fail(claim, error, permanent=True)
+        except (OSError, JobsError) as failure:
+            log.error("cannot record why job %s cannot start: %s", claim.job_id, failure)
+        log.warning("job %s cannot run: %s", claim.job_id, exc)
+
+    def fork_failed(self, claim: Claim, exc: OSError) -> None:
+        """The host could not fork: the job goes back, its attempt not counted."""
+        error = {"type": "ForkFailed", "message": f"cannot fork: {exc}"}
+        try:
+            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "released": True, "error": error})
+        except (OSError, JobsError):
+            pass  # the release below still gives the attempt back
+        self.release(claim, f"fork failed: {exc}")
+
+    def release(self, claim: Claim, reason: str) -> None:
+        try:
+            self.queue.release(claim, reason=reason)
+        except (OSError, JobsError) as exc:
+            log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
+
+    def _record(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any], report: bool) -> bool:
+        """Record the run's outcome and move the job on; False if the store failed."""
+        try:
+            self.queue.record_outcome(running.claim, outcome)
+            retry = harvest.settle(self.queue, running, status, outcome)
+            self.health.worked()
+        except ClaimLost as exc:
+            log.warning("job %s: %s", running.claim.job_id, exc)
+            return True
+        except (OSError, JobsError) as exc:
+            self.health.failed(exc)
+            if report:
+                log.error(
+                    "cannot record the outcome of %s (pid %d, %s): %s; will retry",
+                    describe(running.claim),
+                    status.pid,
+                    status.describe(),
+                    exc,
+                )
+            return False
+        if retry is not None:
+            heapq.heappush(self._retries, retry)
+        return True
+
+
+def describe(claim: Claim) -> str:
+    """How every log line names a job's attempt."""
+    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
+
+
+def _verdict(running: Running, status: forking.ExitStatus) -> str:
+    if harvest.is_success(running, status):
+        return "succeeded"
+    return f"failed ({running.stopped.value if running.stopped else status.describe()})"

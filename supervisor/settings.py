@@ -1,0 +1,43 @@
+"""How a manager runs: every field, its default and its check, in one place.
+
+The CLI builds its options from these fields (`forkvisor run --help` shows the
+defaults); a queue's own settings (`queue.json`: lease, retention) apply where
+the manager is not told otherwise (see `jobs.config`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from supervisor.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a manager runs; every field has a sensible default."""
+
+    concurrency: int = os.cpu_count() or 2
+    lease: float = 30.0  # an owner silent this long loses its claims
+    sweep_interval: float = 0.0  # 0: a sixth of the lease, at most 5 s
+    drain_timeout: float = 60.0  # how long running jobs may finish after a drain request
+    kill_grace: float = 5.0  # between SIGTERM and SIGKILL
+    poll_interval: float = 1.0  # safety-net rescan (NFS, missed events)
+    memory_poll: float = 0.5
+    horizon: float = 300.0  # --burst leaves jobs scheduled further ahead than this
+    tmp_age: float = 3600.0  # a tmp/ entry older than this was abandoned
+    retention: float | None = None  # purge done jobs older than this many seconds
+    commands: bool = True  # run command jobs (see `jobs.command`)
+    stall_timeout: float = 60.0  # --burst gives up when the store has failed this long without a success
+    run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
+
+    def __post_init__(self) -> None:
+        if not self.sweep_interval:
+            object.__setattr__(self, "sweep_interval", min(5.0, self.lease / 6))
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
+        for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll", "stall_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be greater than 0, got {getattr(self, name)}")
+        if self.sweep_interval >= self.lease:
+            raise ConfigError(f"sweep_interval ({self.sweep_interval}s) must be shorter than the lease ({self.lease}s)")
