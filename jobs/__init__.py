@@ -41,8 +41,11 @@ where available (else a check-then-rename fallback). Details: docs/FORMAT.md.
 __version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
 __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
 
+from jobs import run_folder
 from jobs.claim import Claim
 from jobs.command import COMMAND, Command, command_call
+from jobs.config import SETTINGS as QUEUE_SETTINGS
+from jobs.config import checked as check_setting
 from jobs.errors import (
     ArgumentNotSerializable,
     BadArguments,
@@ -74,11 +77,13 @@ from jobs.registry import Registered, Registry
 from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
 from jobs.store import Call, Queue, Submitter
 from jobs.units import format_duration, format_size, parse_duration, parse_size
+from jobs.view import OwnerFolder
 
 __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DRAIN_FILE",
+    "QUEUE_SETTINGS",
     "ArgumentNotSerializable",
     "Backoff",
     "BadArguments",
@@ -102,6 +107,7 @@ __all__ = [
     "MoveCollision",
     "NotFinished",
     "Owner",
+    "OwnerFolder",
     "Policy",
     "Queue",
     "QueueError",
@@ -118,6 +124,7 @@ __all__ = [
     "UnsupportedFormat",
     "WaitTimeout",
     "WrongState",
+    "check_setting",
     "command_call",
     "format_duration",
     "format_size",
@@ -126,6 +133,7 @@ __all__ = [
     "parse_duration",
     "parse_size",
     "retry_delay",
+    "run_folder",
     "storage_error",
     "unknown_liveness",
 ]

@@ -386,3 +386,8 @@ class Job:
     @property
     def function(self) -> str:
         return self.spec.function
+
+    @property
+    def created(self) -> float:
+        """When it was enqueued (epoch seconds): its spec says, else its id does."""
+        return self.spec.created or created_at(self.id)

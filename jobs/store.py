@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from jobs import fate, files, incoming, sweep, view, waiting
+from jobs import fate, files, incoming, run_folder, sweep, view, waiting
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
 from jobs.errors import (
@@ -42,13 +42,15 @@ from jobs.job import (
     JobOptions,
     State,
     check_job_id,
+    created_at,
     parse_scheduled_name,
     ready_name,
     scheduled_name,
 )
-from jobs.lease import Owner
-from jobs.policy import Functions
+from jobs.lease import Liveness, Owner
+from jobs.policy import Functions, Policy
 from jobs.submit import Call, Publisher, Submitter
+from jobs.view import OwnerFolder
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,15 @@ class Queue:
     @property
     def durable(self) -> bool:
         return self.folder.durable
+
+    def set_group(self, gid: int) -> None:
+        """Give a shared queue to group `gid` (its owner only)."""
+        self.folder.set_group(gid)
+
+    def tighten(self) -> list[str]:
+        """Make the queue's modes what its kind needs (a queue made by an earlier forkvisor, or by
+        hand); return what was changed, in words."""
+        return self.folder.tighten()
 
     def problems(self) -> list[str]:
         """What lets others steer this queue (a folder or `queue.json` others may write, an owner
@@ -327,6 +338,46 @@ class Queue:
         except FileNotFoundError:
             return None
         return os.fdopen(fd, "rb")
+
+    def owners(self) -> list[OwnerFolder]:
+        """The folders of `claimed/`: the managers serving the queue (and those being reaped)."""
+        return view.owner_folders(self.folder)
+
+    def served_functions(self, owners: Iterable[OwnerFolder], now: float, is_alive: Liveness) -> dict[str, Any]:
+        """The functions live managers among `owners` run, each with the policy one of them declares."""
+        return view.served_functions(owners, now, is_alive)
+
+    def head_functions(self, limit: int) -> tuple[int, dict[str, int]]:
+        """The functions named by the first `limit` ready jobs in claim order: (jobs read, count per function)."""
+        return view.head_functions(self.folder, limit)
+
+    def effective_policy(self, job: Job, served: Mapping[str, Mapping[str, Any]]) -> Policy:
+        """The policy to show for `job`: its newest run's, or what a live manager would resolve now."""
+        return view.effective_policy(self.folder, job, served)
+
+    def claimed_jobs(self, owner: OwnerFolder) -> Iterator[Job]:
+        """The jobs in an owner's folder, each read whole (those that move as they are read are left out)."""
+        for place, _ in view.entries_in(owner.place, State.CLAIMED):
+            job = view.read_moving(self.folder, State.CLAIMED, place)
+            if job is not None:
+                yield job
+
+    def run_pid(self, job: Job) -> tuple[int, float] | None:
+        """The pid of the job's newest run's child, and when it started; None if unknown."""
+        if not job.history:
+            return None
+        try:
+            _, place = view.locate(self.folder, job.id)
+            with place.dir.sub(f"{place.name}/attempt-{job.history[-1].number}") as run:
+                return run_folder.read_pid(run.fd)
+        except (OSError, JobsError):
+            return None
+
+    def oldest_ready_age(self, now: float) -> float | None:
+        """Seconds since the longest-waiting ready job was enqueued; None if none is ready."""
+        ready = view.entries_in(self.folder.at(State.READY), State.READY, check_dirs=False)
+        oldest = min((job_id for _, job_id in ready), default=None)
+        return None if oldest is None else max(0.0, now - created_at(oldest))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state name: ready, scheduled, claimed, done, dead."""

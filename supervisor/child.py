@@ -24,15 +24,10 @@ from typing import TextIO
 
 from setproctitle import setproctitle
 
-from jobs import CannotComplete, Claim, Command, Registered
-from jobs.files import replace_file, unlink_if_there, write_new
-from jobs.handles import open_below
+from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
 from supervisor.privileges import Identity, become_in_child, clean_environment, hand_over
 
-CHILD_ERROR_FILE = "error.json"
-RESULT_FILE = "result.json"
-PID_FILE = "pid"
 EXIT_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
 
 
@@ -110,16 +105,16 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     # Plain strings and descriptors, not objects, from here: every object a child makes costs
     # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     try:
-        run = open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.run}")
+        run = run_folder.open_run(claim)
         _redirect_output(run, file_mode)
     except FileNotFoundError:
         return None
     try:
-        write_new(PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=file_mode, dir_fd=run)
+        run_folder.write_pid(run, file_mode)
     except OSError:
         pass  # only `forkvisor status` reads it; the job runs anyway
     if identity is not None:
-        hand_over(run, ("stdout", "stderr", PID_FILE), identity)
+        hand_over(run, (*run_folder.OUTPUT_FILES, run_folder.PID_FILE), identity)
         become_in_child(identity)  # before any of the job's code runs
     attempt = str(claim.run_path)
     os.environ.update(
@@ -131,14 +126,9 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     return run
 
 
-_OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
-
-
 def _redirect_output(run: int, file_mode: int) -> None:
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        target = os.open(name, _OUTPUT, file_mode, dir_fd=run)
-        if file_mode & 0o077:
-            os.fchmod(target, file_mode)  # a shared queue's group bits, whatever the job's umask
+    for fd, name in enumerate(run_folder.OUTPUT_FILES, start=1):
+        target = run_folder.open_output(run, name, file_mode)
         if target != fd:  # the manager ran with fd 1 or 2 closed: open() took that very number
             os.dup2(target, fd)
             os.close(target)
@@ -166,9 +156,8 @@ def _write_result(run: int, value: object, durable: bool, file_mode: int) -> int
         message = f"the return value cannot be encoded as JSON ({exc}); return plain data (dict, list, str, number)"
         return _failed(run, TypeError(message), EXIT_FAILED, file_mode)
     try:
-        write_new(RESULT_FILE, data + b"\n", durable=durable, mode=file_mode, dir_fd=run)
+        run_folder.write_result(run, data + b"\n", durable, file_mode)
     except OSError as exc:  # disk full, say: a truncated result must never complete the job
-        unlink_if_there(RESULT_FILE, run)
         error = OSError(exc.errno, f"cannot write result.json: {exc.strerror}")
         return _failed(run, error, EXIT_FAILED, file_mode)
     return EXIT_OK
@@ -186,7 +175,7 @@ def _failed(run: int, exc: BaseException, code: int, file_mode: int) -> int:
     error = {"type": type(exc).__name__, "message": str(exc), "traceback": trace}
     try:
         data = json.dumps(error, indent=1, default=repr).encode()
-        replace_file(CHILD_ERROR_FILE, data, durable=False, mode=file_mode, dir_fd=run)  # never torn
+        run_folder.write_error(run, data, file_mode)
     except OSError:
         pass
     return code

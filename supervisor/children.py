@@ -121,17 +121,20 @@ class Children:
                     self.stop(running, Stop.DRAIN, now)
 
     def next_deadline(self, now: float) -> float:
-        """When `enforce` has something to do next."""
-        deadlines = [r.kill_at for r in self.running.values() if r.kill_at is not None]
-        unstopped = [r for r in self.running.values() if r.stopped is None]  # a stopped job waits on kill_at
-        deadlines += [limits.deadline_of(r) for r in unstopped if r.claim.policy.timeout]
-        if any(r.claim.policy.memory_limit for r in unstopped):
-            deadlines.append(self._next_memory_check)
-        if self._drain_deadline is not None:
-            deadlines.append(self._drain_deadline)
+        """When `enforce` has something to do next (a loop, not lists: it runs at every turn)."""
+        soonest = float("inf") if self._drain_deadline is None else self._drain_deadline
+        for running in self.running.values():
+            if running.kill_at is not None:
+                soonest = min(soonest, running.kill_at)
+            elif running.stopped is None:  # a stopped job waits on kill_at
+                policy = running.claim.policy
+                if policy.timeout:
+                    soonest = min(soonest, running.started + policy.timeout)
+                if policy.memory_limit:
+                    soonest = min(soonest, self._next_memory_check)
         if len(self.running) < self.concurrency and not self.forks.due(now):
-            deadlines.append(self.forks.next_try)
-        return min(deadlines, default=float("inf"))
+            soonest = min(soonest, self.forks.next_try)
+        return soonest
 
     def _escalate(self, running: Running, now: float) -> None:
         if running.kill_at is not None and now >= running.kill_at:

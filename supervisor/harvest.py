@@ -13,14 +13,11 @@ import socket
 import time
 from typing import Any
 
-from jobs import COMMAND, Claim, InvalidJob, Queue, State, document
-from jobs.handles import Dir
-from supervisor.child import CHILD_ERROR_FILE, RESULT_FILE
+from jobs import COMMAND, Claim, Queue, State, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 from supervisor.running import Running, Stop
 
 STDERR_TAIL_BYTES = 4096
-MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
 
 
@@ -31,18 +28,18 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
         return _outcome(running, status, now_wall, run)
     finally:
         if run is not None:
-            run.close()
+            os.close(run)
 
 
-def _open_run(claim: Claim) -> Dir | None:
-    """The run's folder, opened through the queue's handles; None if it is gone (claim lost)."""
+def _open_run(claim: Claim) -> int | None:
+    """The run's folder's descriptor; None if it is gone (claim lost)."""
     try:
-        return claim.run_place.open()
+        return run_folder.open_run(claim)
     except OSError:
         return None
 
 
-def _outcome(running: Running, status: ExitStatus, now_wall: float, run: Dir | None) -> dict[str, Any]:
+def _outcome(running: Running, status: ExitStatus, now_wall: float, run: int | None) -> dict[str, Any]:
     usage = status.rusage
     return {
         "run": running.claim.run,
@@ -84,19 +81,21 @@ def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str
     return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
 
 
-def is_success(running: Running, status: ExitStatus, run: Dir | None = None) -> bool:
+def is_success(running: Running, status: ExitStatus, run: int | None = None) -> bool:
     """Exit 0 with no limit hit; or, stopped by a drain, a job that still returned its value
     (looked for in `run`, the run's folder, or through the claim)."""
     if status.code != EXIT_OK:
         return False
     if running.stopped is Stop.DRAIN:
         if run is not None:
-            return run.exists(RESULT_FILE)
+            return run_folder.has_result(run)
         opened = _open_run(running.claim)
         if opened is None:
             return False
-        with opened:
-            return opened.exists(RESULT_FILE)
+        try:
+            return run_folder.has_result(opened)
+        finally:
+            os.close(opened)
     return running.stopped is None
 
 
@@ -110,21 +109,9 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-def _recorded_error(status: ExitStatus, run: Dir | None) -> dict[str, Any] | None:
+def _recorded_error(status: ExitStatus, run: int | None) -> dict[str, Any] | None:
     """The error the child recorded; a child that exited 0 recorded none (see `child`)."""
-    return None if status.code == EXIT_OK or run is None else child_error(run)
-
-
-def child_error(run: Dir) -> dict[str, Any] | None:
-    """The error the child recorded, read as any file of the queue: safely (a job could put
-    a link, a fifo or a deep document in its place)."""
-    try:
-        error = document.read(CHILD_ERROR_FILE, MAX_ERROR_BYTES, CHILD_ERROR_FILE, run.fd)
-    except FileNotFoundError:
-        return None
-    except InvalidJob as exc:
-        return {"type": "unreadable", "message": str(exc)}
-    return error if isinstance(error, dict) else {"message": repr(error)[:1000]}
+    return None if status.code == EXIT_OK or run is None else run_folder.read_error(run)
 
 
 def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
@@ -154,18 +141,6 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     return {"type": "Crashed", "message": f"the job's process {status.describe()} without recording an error"}
 
 
-def stderr_tail(run: Dir | None) -> str:
-    """The last bytes of the attempt's stderr; plain descriptor calls, since it runs for every job."""
-    if run is None:
-        return ""
-    try:
-        fd = os.open("stderr", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=run.fd)
-    except OSError:
-        return ""
-    try:
-        size = os.fstat(fd).st_size
-        return os.pread(fd, STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES)).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+def stderr_tail(run: int | None) -> str:
+    """The last bytes of the attempt's stderr."""
+    return "" if run is None else run_folder.tail(run, "stderr", STDERR_TAIL_BYTES)

@@ -213,17 +213,18 @@ class Manager:
         self._set_title()
 
     def _wait_time(self, now: float, timeout: float | None) -> float:
-        deadlines = [
+        """Until the earliest deadline of any part (`timeout` at most)."""
+        soonest = min(
             self.wakeups.next_poll,
             self.tenancy.next_heartbeat,
             self.children.next_deadline(now),
             self.outcomes.next_deadline(now),
-        ]
+        )
         if self.sweeper.pid is None and self.phase is not Phase.STOPPING:
-            deadlines.append(self.sweeper.restart_at)
+            soonest = min(soonest, self.sweeper.restart_at)
         if (self.queue.more_to_examine and self._can_start_more(now)) or (self._take_in_due and not self.draining):
-            deadlines.append(now)  # the last claim or take-in stopped at its budget
-        wait = max(0.0, min(deadlines) - now)
+            soonest = now  # the last claim or take-in stopped at its budget
+        wait = max(0.0, soonest - now)
         return wait if timeout is None else min(wait, timeout)
 
     def _on_signals(self, woken: Wakeup) -> None:

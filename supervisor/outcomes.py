@@ -53,6 +53,8 @@ class Outcomes:
 
     def retry_stranded(self) -> None:
         """Try again to record harvests that failed (disk full, say)."""
+        if not self._stranded:
+            return  # the usual case: no lists made at every turn
         stranded, self._stranded = self._stranded, []
         self._stranded = [entry for entry in stranded if not self._record(*entry, report=False)]
 

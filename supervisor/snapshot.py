@@ -19,11 +19,8 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, Job, Owner, Policy, Queue, State, files, view
-from jobs.handles import Entry
-from jobs.job import created_at
+from jobs import COMMAND, Job, Owner, OwnerFolder, Policy, Queue
 from supervisor import liveness
-from supervisor.child import PID_FILE
 
 UNSERVED_SCAN = 1000
 
@@ -86,20 +83,20 @@ class Snapshot:
 
 def take(queue: Queue) -> Snapshot:
     now = queue.filesystem_now()
-    folders = view.owner_folders(queue.folder)
-    served = view.served_functions(folders, now, liveness.is_alive)
+    folders = queue.owners()
+    served = queue.served_functions(folders, now, liveness.is_alive)
     managers, running = [], []
     for found in folders:
         if found.owner is None:
             continue  # retired or fenced as we looked, or not an owner: a sweeper deals with it
         managers.append(_manager_info(found, found.owner, now))
-        running += _running_jobs(queue, found.owner, found.place, now, served)
+        running += _running_jobs(queue, found, found.owner, now, served)
     unserved = _unserved(queue, folders, served, now)
-    return Snapshot(str(queue.path), queue.counts(), managers, running, _oldest_ready_age(queue, now), unserved)
+    return Snapshot(str(queue.path), queue.counts(), managers, running, queue.oldest_ready_age(now), unserved)
 
 
-def _unserved(queue: Queue, folders: list[view.OwnerFolder], served: dict[str, Any], now: float) -> Unserved:
-    checked, functions = view.head_functions(queue.folder, UNSERVED_SCAN)
+def _unserved(queue: Queue, folders: list[OwnerFolder], served: dict[str, Any], now: float) -> Unserved:
+    checked, functions = queue.head_functions(UNSERVED_SCAN)
     silent = any(f.functions is None and f.is_live(now, liveness.is_alive) for f in folders)
     missing = {name: count for name, count in functions.items() if name not in served}
     return Unserved(checked, missing, known=not silent)
@@ -107,12 +104,12 @@ def _unserved(queue: Queue, folders: list[view.OwnerFolder], served: dict[str, A
 
 def served(queue: Queue) -> dict[str, Any]:
     """The functions live managers of `queue` run, each with the policy one of them declares."""
-    return view.served_functions(view.owner_folders(queue.folder), queue.filesystem_now(), liveness.is_alive)
+    return queue.served_functions(queue.owners(), queue.filesystem_now(), liveness.is_alive)
 
 
 def policy_of(queue: Queue, job: Job, served_now: dict[str, Any]) -> Policy:
-    """The policy to show for `job` (see `jobs.view.effective_policy`)."""
-    return view.effective_policy(queue.folder, job, served_now)
+    """The policy to show for `job` (see `Queue.effective_policy`)."""
+    return queue.effective_policy(job, served_now)
 
 
 def describe(job: Job) -> str:
@@ -120,7 +117,7 @@ def describe(job: Job) -> str:
     return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
 
 
-def _manager_info(found: view.OwnerFolder, owner: Owner, now: float) -> ManagerInfo:
+def _manager_info(found: OwnerFolder, owner: Owner, now: float) -> ManagerInfo:
     heartbeat = now if found.heartbeat is None else found.heartbeat
     return ManagerInfo(
         owner.name,
@@ -136,31 +133,19 @@ def _manager_info(found: view.OwnerFolder, owner: Owner, now: float) -> ManagerI
     )
 
 
-def _running_jobs(queue: Queue, owner: Owner, owner_dir: Entry, now: float, served: dict[str, Any]) -> list[RunningJob]:
+def _running_jobs(
+    queue: Queue, folder: OwnerFolder, owner: Owner, now: float, served: dict[str, Any]
+) -> list[RunningJob]:
     local = liveness.is_alive(owner) is not None
     found = []
-    for place, job_id in view.entries_in(owner_dir, State.CLAIMED):
-        job = view.read_moving(queue.folder, State.CLAIMED, place)
-        if job is None:
-            continue  # finished as we looked
-        pid, started = _pid_of(place, job.history[-1].number if job.history else 0)
+    for job in queue.claimed_jobs(folder):
+        pid, started = queue.run_pid(job) or (None, None)
         cpu, rss = _tree_usage(pid, owner.pid) if local and pid is not None else (None, None)
         age = None if started is None else max(0.0, now - started)
-        limit = view.effective_policy(queue.folder, job, served).max_attempts
-        found.append(
-            RunningJob(job_id, job.function, describe(job), job.attempts, limit, owner.name, age, pid, cpu, rss)
-        )
+        limit = queue.effective_policy(job, served).max_attempts
+        what = describe(job)
+        found.append(RunningJob(job.id, job.function, what, job.attempts, limit, owner.name, age, pid, cpu, rss))
     return found
-
-
-def _pid_of(job: Entry, run: int) -> tuple[int | None, float | None]:
-    """The child's pid and start time, from the pid file it writes first thing."""
-    try:
-        with job.dir.sub(f"{job.name}/attempt-{run}") as attempt:
-            data, status = files.read_regular(PID_FILE, 32, attempt.fd)
-        return int(data), status.st_mtime
-    except (OSError, ValueError):
-        return None, None  # not started yet, gone, or not a pid file
 
 
 def _tree_usage(pid: int, manager_pid: int) -> tuple[float | None, int | None]:
@@ -181,11 +166,3 @@ def _tree_usage(pid: int, manager_pid: int) -> tuple[float | None, int | None]:
         except psutil.Error:
             continue  # exited as we looked
     return round(cpu, 3), rss
-
-
-def _oldest_ready_age(queue: Queue, now: float) -> float | None:
-    ready = view.entries_in(queue.folder.at(State.READY), State.READY, check_dirs=False)
-    oldest = min((job_id for _, job_id in ready), default=None)
-    if oldest is None:
-        return None
-    return max(0.0, now - created_at(oldest))

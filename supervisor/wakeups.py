@@ -15,7 +15,7 @@ import logging
 import selectors
 import signal
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from jobs import DRAIN_FILE, Queue, State
 from supervisor.signals import SignalPipe
@@ -24,16 +24,23 @@ from supervisor.watch import Watch, open_watch
 log = logging.getLogger(__name__)
 
 
-@dataclass
 class Wakeup:
-    """What one wait found."""
+    """What the last wait found. One object, reset at each wait: the loop turns once or
+    twice per job, and every object it makes is a page the manager may write after a
+    fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    signals: list[signal.Signals] = field(default_factory=list)
-    ready: list[str] = field(default_factory=list)  # new names in ready/
-    missed: bool = False  # the kernel dropped events: ready/ must be scanned
-    incoming: bool = False  # members' submissions may wait in incoming/
-    drain: bool = False  # a new drain request stands in the queue folder
-    poll: bool = False  # time for the safety net: look at everything
+    __slots__ = ("drain", "incoming", "missed", "poll", "ready", "signals")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.signals: Sequence[signal.Signals] = ()
+        self.ready: Sequence[str] = ()  # new names in ready/
+        self.missed = False  # the kernel dropped events: ready/ must be scanned
+        self.incoming = False  # members' submissions may wait in incoming/
+        self.drain = False  # a new drain request stands in the queue folder
+        self.poll = False  # time for the safety net: look at everything
 
 
 class Wakeups:
@@ -47,6 +54,7 @@ class Wakeups:
         self._signals: SignalPipe | None = None
         self._selector: selectors.DefaultSelector | None = None
         self._watch: Watch | None = None
+        self._found = Wakeup()
 
     def open_signals(self) -> None:
         """First of all: from now on a SIGTERM is read here (a drain), not the default (death)."""
@@ -76,7 +84,8 @@ class Wakeups:
         if self._selector is None or self._signals is None:
             raise RuntimeError("the manager waits only once started")
         readable = {key.fd for key, _ in self._selector.select(timeout)}
-        found = Wakeup()
+        found = self._found
+        found.reset()
         if self._signals.read_fd in readable:  # else skip the read (every turn counts, see PERFORMANCE.md)
             found.signals = self._signals.drain()
         if self._watch is not None and self._watch.fd in readable:
@@ -95,11 +104,13 @@ class Wakeups:
         if self._watch is None:
             return
         ready, incoming = self.queue.state_path(State.READY), self.queue.state_path(State.INCOMING)
+        names: list[str] = []
+        found.ready = names
         for folder, name in self._watch.read():
             if folder is None:
                 found.missed = True
             elif folder == ready:
-                found.ready.append(name)
+                names.append(name)
             elif folder == incoming:
                 found.incoming = True
             elif name == DRAIN_FILE:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from jobs import InvalidJobId, JobsError, Queue, State, config, format_duration, format_size
+from jobs import QUEUE_SETTINGS, InvalidJobId, JobsError, Queue, State, check_setting, format_duration, format_size
 from supervisor.cli.common import (
     EXIT_JOB_DEAD,
     EXIT_NOT_FOUND,
@@ -28,7 +28,7 @@ from supervisor.cli.common import (
 )
 from supervisor.cli.text import safe
 
-SETTINGS = config.SETTINGS
+SETTINGS = QUEUE_SETTINGS
 UNSET = "default"  # `config QUEUE KEY default`: the built-in value again
 
 
@@ -89,21 +89,21 @@ def add_commands(commands: Commands[Parser]) -> None:
 def _init(args: argparse.Namespace) -> int:
     changes = {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
     for key, value in changes.items():
-        config.checked(key, value)  # before anything is created
+        check_setting(key, value)  # before anything is created
     if args.group and not args.shared:
         raise UsageError("--group names the group of a shared queue: use it with --shared")
     gid = _group_id(args.group) if args.group else None
     queue = Queue(args.queue, create=True, shared=args.shared)
-    if args.shared and not queue.folder.shared:
+    if args.shared and not queue.shared:
         raise UsageError(
             f"{queue.path} is already a private queue; --shared applies only when creating one "
             "(make a new shared queue and move the jobs over)"
         )
-    if not queue.folder.owned():
+    if not queue.owned:
         raise UsageError(f"{queue.path} belongs to another user: only its owner can set it up")
     if gid is not None:
-        queue.folder.set_group(gid)
-    for change in queue.folder.tighten():  # a queue made by an earlier forkvisor, or by hand
+        queue.set_group(gid)
+    for change in queue.tighten():  # a queue made by an earlier forkvisor, or by hand
         print(f"forkvisor: tightened {change}", file=sys.stderr)
     if changes:
         queue.configure(**changes)

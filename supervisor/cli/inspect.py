@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, format_duration, format_size
-from jobs.job import created_at
 from supervisor import snapshot
 from supervisor.cli.common import (
     Commands,
@@ -171,7 +170,7 @@ def _summary(job: Job, policy: Policy) -> dict[str, Any]:
         "attempts": job.attempts,
         "max_attempts": policy.max_attempts,
         "priority": job.spec.priority,
-        "created": job.spec.created or created_at(job.id),
+        "created": job.created,
         "owner": job.owner,
         "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
     }
@@ -227,7 +226,7 @@ def _show_lines(job: Job, policy: Policy, events: list[str], served: dict[str, A
     ]
     if not job.state.terminal and job.policy is None and job.function not in served:
         lines.append("          (no running manager runs this function: its own policy is not known here)")
-    lines.append(f"created   {when(spec.created or created_at(job.id))}")
+    lines.append(f"created   {when(job.created)}")
     if spec.metadata:
         lines.append(f"metadata  {_short(dict(spec.metadata), 200)}")
     if job.state is State.DONE:

@@ -280,7 +280,8 @@ def test_no_busy_loop_after_the_drain_timeout(procs: Processes, queue: Queue, ba
     wait_until(ready.exists, 10, "the job started", manager=manager)
     manager.request_drain("test")
     manager.request_drain("a second request must not push the deadline out")
-    wait_until(lambda: any(r.stopped for r in manager.running.values()), 10, "the drain stopped the job", manager=manager)
+    stopped = lambda: any(r.stopped for r in manager.running.values())  # noqa: E731
+    wait_until(stopped, 10, "the drain stopped the job", manager=manager)
     cpu = time.process_time()
     while manager.running:
         manager.step(timeout=None)

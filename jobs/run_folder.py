@@ -1,0 +1,116 @@
+"""A run's folder, `attempt-N`: what the job's child writes there, and what the manager
+and `forkvisor status` read back.
+
+    pid           the child's pid, written first thing (for `status`)
+    stdout stderr its output, appended as it runs
+    result.json   the return value, written whole (and fsynced when durable) or not at all
+    error.json    the exception the job raised, with its traceback (written by replacement:
+                  never torn)
+    policy.json   the policy the run started under (written by the claim)
+    outcome.json  how it ended (written by the manager)
+
+Everything goes through the folder's descriptor, opened below the queue's handles one
+name at a time without following a link. The child's side takes and returns plain
+descriptors and bytes: every object a child makes costs it copy-on-write faults, which
+are most of a short job's overhead (docs/PERFORMANCE.md). What the manager reads is
+read as any file of the queue: the job could have put a link, a fifo or a deep
+document in its place.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jobs import document, files
+from jobs.claim import Claim
+from jobs.errors import InvalidJob
+from jobs.handles import open_below
+
+RESULT_FILE = "result.json"
+ERROR_FILE = "error.json"
+PID_FILE = "pid"
+OUTPUT_FILES = ("stdout", "stderr")
+MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
+_OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_run(claim: Claim) -> int:
+    """The descriptor of the claim's run folder; FileNotFoundError if it is gone (the claim
+    was taken back). The caller closes it."""
+    return open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.run}")
+
+
+# -- the child's side ---------------------------------------------------------------
+
+
+def open_output(run: int, name: str, mode: int) -> int:
+    """Open (append) the run's `stdout` or `stderr`, with the queue's file mode whatever the umask."""
+    fd = os.open(name, _OUTPUT, mode, dir_fd=run)
+    if mode & 0o077:
+        os.fchmod(fd, mode)  # a shared queue's group bits
+    return fd
+
+
+def write_pid(run: int, mode: int) -> None:
+    files.write_new(PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=mode, dir_fd=run)
+
+
+def write_result(run: int, data: bytes, durable: bool, mode: int) -> None:
+    """Write `result.json`; on failure (a full disk) none is left: a torn result never completes a job."""
+    try:
+        files.write_new(RESULT_FILE, data, durable=durable, mode=mode, dir_fd=run)
+    except OSError:
+        files.unlink_if_there(RESULT_FILE, run)
+        raise
+
+
+def write_error(run: int, data: bytes, mode: int) -> None:
+    files.replace_file(ERROR_FILE, data, durable=False, mode=mode, dir_fd=run)
+
+
+# -- the readers' side ---------------------------------------------------------------
+
+
+def has_result(run: int) -> bool:
+    try:
+        os.stat(RESULT_FILE, dir_fd=run, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
+def read_error(run: int) -> dict[str, Any] | None:
+    """The error the child recorded; None if it recorded none."""
+    try:
+        error = document.read(ERROR_FILE, MAX_ERROR_BYTES, ERROR_FILE, run)
+    except FileNotFoundError:
+        return None
+    except InvalidJob as exc:
+        return {"type": "unreadable", "message": str(exc)}
+    return error if isinstance(error, dict) else {"message": repr(error)[:1000]}
+
+
+def tail(run: int, name: str, size: int) -> str:
+    """The last `size` bytes of an output file ("" if there is none, or it is no regular file)."""
+    try:
+        fd = os.open(name, _READ, dir_fd=run)
+    except OSError:
+        return ""
+    try:
+        length = os.fstat(fd).st_size
+        return os.pread(fd, size, max(0, length - size)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def read_pid(run: int) -> tuple[int, float] | None:
+    """The child's pid and when it wrote it; None if not written yet, or not a pid file."""
+    try:
+        data, status = files.read_regular(PID_FILE, 32, run)
+        return int(data), status.st_mtime
+    except (OSError, ValueError):
+        return None
