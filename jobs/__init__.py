@@ -38,13 +38,17 @@ Assumptions: POSIX rename(2) on one file system; renameat2(RENAME_NOREPLACE)
 where available (else a check-then-rename fallback). Details: docs/FORMAT.md.
 """
 
+from types import MappingProxyType
+
 __version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
 __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
 
 from jobs import run_folder
 from jobs.claim import Claim
 from jobs.command import COMMAND, Command, command_call
+from jobs.config import BUILT_IN as _BUILT_IN
 from jobs.config import SETTINGS as QUEUE_SETTINGS
+from jobs.config import TMP_AGE
 from jobs.config import checked as check_setting
 from jobs.errors import (
     ArgumentNotSerializable,
@@ -79,11 +83,15 @@ from jobs.store import Call, Queue, Submitter
 from jobs.units import format_duration, format_size, parse_duration, parse_size
 from jobs.view import OwnerFolder
 
+QUEUE_DEFAULTS = MappingProxyType(_BUILT_IN)  # every queue setting's value where queue.json sets none
+
 __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DRAIN_FILE",
+    "QUEUE_DEFAULTS",
     "QUEUE_SETTINGS",
+    "TMP_AGE",
     "ArgumentNotSerializable",
     "Backoff",
     "BadArguments",

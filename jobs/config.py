@@ -34,6 +34,7 @@ BUILT_IN: dict[str, Any] = {
 }
 """Every setting's value where `queue.json` sets none: the one home of these defaults."""
 SETTINGS = tuple(BUILT_IN)
+TMP_AGE = 3600.0  # a submission left in tmp/ (or incoming/) this long was abandoned by its writer
 NONE_WORDS = ("none", "null", "never", "off")
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from jobs import document, fate, files
+from jobs.config import TMP_AGE
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
 from jobs.fate import Cause
 from jobs.folder import SPEC_FILE, QueueFolder
@@ -309,7 +310,7 @@ def _drop_abandoned(folder: QueueFolder, name: str, now: float) -> bool:
         status = incoming.lstat(name)
     except FileNotFoundError:
         return False
-    if now - status.st_mtime < 3600:
+    if now - status.st_mtime < TMP_AGE:
         return False
     files.unlink_if_there(name, incoming.fd)  # the owner of a sticky folder may
     return True

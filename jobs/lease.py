@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from jobs.config import BUILT_IN
 from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob
 
@@ -30,7 +31,7 @@ FUNCTIONS_FILE = ".functions.json"
 SKIPPED_FILES = {"claims": ".skipped-claims.json", "sweep": ".skipped-sweep.json"}  # what it could not handle
 OWNER_FILES = (OWNER_FILE, FUNCTIONS_FILE, *SKIPPED_FILES.values())  # an owner folder's own files, beside its jobs
 REAPING_PREFIX = "reaping."
-DEFAULT_LEASE = 60.0  # for owners that do not say; a manager always gives its own
+DEFAULT_LEASE = BUILT_IN["lease"]  # for owners that do not say; a manager always gives its own
 _OWNER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}\.\d{1,10}\.[0-9a-f]{6}$")
 
 

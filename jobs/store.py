@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from jobs import fate, files, incoming, run_folder, sweep, view, waiting
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
+from jobs.config import TMP_AGE
 from jobs.errors import (
     InvalidJob,
     JobFailed,
@@ -493,7 +494,7 @@ class Queue:
         self,
         now: float,
         is_alive: Callable[[Owner], bool | None],
-        tmp_age: float = 3600.0,
+        tmp_age: float = TMP_AGE,
         functions: Functions | None = None,
     ) -> dict[str, int]:
         """One sweep: revert dead or expired owners' claims, promote due scheduled jobs,

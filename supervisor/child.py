@@ -28,7 +28,7 @@ from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
 from supervisor.privileges import Identity, become_in_child, clean_environment, hand_over
 
-EXIT_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
+EXIT_COMMAND_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
 
 
 def run_attempt(
@@ -75,7 +75,7 @@ def run_command(claim: Claim, command: Command, file_mode: int = 0o600, identity
         return _failed(run, exc, EXIT_CANNOT_EXEC, file_mode)
     except OSError as exc:
         error = CannotRun(f"cannot run {command.argv[0]!r}: {exc.strerror}")
-        code = EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC
+        code = EXIT_COMMAND_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXEC
         return _failed(run, error, code, file_mode)
     finally:
         _flush()

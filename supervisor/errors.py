@@ -21,7 +21,3 @@ class NoSuchUser(SupervisorError):
 
 class Stalled(SupervisorError):
     """A --burst manager made no progress for its stall timeout: the queue's file system kept failing."""
-
-
-class InternalError(SupervisorError):
-    """An invariant of the manager broke. This is a bug in forkvisor: please report it."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from jobs import QUEUE_DEFAULTS, TMP_AGE
 from supervisor.errors import ConfigError
 
 
@@ -18,15 +19,15 @@ class Settings:
     """How a manager runs; every field has a sensible default."""
 
     concurrency: int = os.cpu_count() or 2
-    lease: float = 30.0  # an owner silent this long loses its claims
+    lease: float = QUEUE_DEFAULTS["lease"]  # an owner silent this long loses its claims (the queue's, unless told)
     sweep_interval: float = 0.0  # 0: a sixth of the lease, at most 5 s
     drain_timeout: float = 60.0  # how long running jobs may finish after a drain request
     kill_grace: float = 5.0  # between SIGTERM and SIGKILL
     poll_interval: float = 1.0  # safety-net rescan (NFS, missed events)
     memory_poll: float = 0.5
     horizon: float = 300.0  # --burst leaves jobs scheduled further ahead than this
-    tmp_age: float = 3600.0  # a tmp/ entry older than this was abandoned
-    retention: float | None = None  # purge done jobs older than this many seconds
+    tmp_age: float = TMP_AGE  # a tmp/ entry older than this was abandoned
+    retention: float | None = QUEUE_DEFAULTS["retention"]  # purge done jobs older than this (the queue's)
     commands: bool = True  # run command jobs (see `jobs.command`)
     stall_timeout: float = 60.0  # --burst gives up when the store has failed this long without a success
     run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
@@ -41,3 +42,8 @@ class Settings:
                 raise ConfigError(f"{name} must be greater than 0, got {getattr(self, name)}")
         if self.sweep_interval >= self.lease:
             raise ConfigError(f"sweep_interval ({self.sweep_interval}s) must be shorter than the lease ({self.lease}s)")
+
+
+def default(name: str) -> object:
+    """A field's default, for the CLI's help (the CLI passes only the options it was given)."""
+    return Settings.__dataclass_fields__[name].default

@@ -34,7 +34,7 @@ from jobs import (
     __version__,
     storage_error,
 )
-from supervisor.cli import admin, inspect, serve, submit
+from supervisor.cli import admin, reading, serve, submit
 from supervisor.cli.common import (
     EXIT_ENVIRONMENT,
     EXIT_INTERNAL,
@@ -112,7 +112,7 @@ def parser() -> Parser:
     top.add_argument("--log-format", default="text", choices=sorted(LOG_FORMATS))
     top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
     commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
-    for module in (serve, admin, submit, inspect):
+    for module in (serve, admin, submit, reading):
         module.add_commands(commands)
     return top
 

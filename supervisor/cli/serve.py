@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-from jobs import Call, JobOptions, Queue, Registry, command_call
+from jobs import Call, JobOptions, Queue, Registry, command_call, format_duration
 from supervisor import privileges
 from supervisor.cli.common import Commands, Parser, UsageError, add_command, add_queue, positive_duration
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
+from supervisor.settings import default
 from supervisor.snapshot import describe
 
 
@@ -28,12 +29,30 @@ def add_commands(commands: Commands[Parser]) -> None:
     demo.set_defaults(log_default="INFO")
 
 
+TIMING = {  # the manager's durations; their defaults are `Settings`' (see supervisor/settings.py)
+    "--horizon": "--burst leaves jobs due later",
+    "--lease": "silence before claims are taken back",
+    "--sweep-interval": "between sweeps",
+    "--drain-timeout": "running jobs' time on a drain",
+    "--kill-grace": "between SIGTERM and SIGKILL",
+    "--poll-interval": "safety-net rescan of the queue",
+    "--retention": "purge done jobs older than this",
+    "--stall-timeout": "--burst gives up after failing this long",
+}
+
+
+def _shown(value: object) -> str:
+    if value == 0.0:
+        return "a sixth of the lease, at most 5s"  # sweep_interval
+    return format_duration(value) if isinstance(value, float) else str(value)
+
+
 def _add_run(commands: Commands[Parser]) -> None:
     run = add_command(commands, "run", _run, "run a manager on a queue")
     add_queue(run)
     run.set_defaults(log_default="INFO")
     add_app(run, "the registry of functions jobs may call (none: command jobs only)")
-    run.add_argument("--concurrency", "-c", type=int, default=os.cpu_count() or 2, help="children at once")
+    run.add_argument("--concurrency", "-c", type=int, help=f"children at once ({default('concurrency')})")
     run.add_argument("--burst", action="store_true", help="exit once nothing is ready, claimed or due soon")
     run.add_argument(
         "--commands",
@@ -41,16 +60,10 @@ def _add_run(commands: Commands[Parser]) -> None:
         help="run command jobs (default: yes on a private queue, no on a shared one)",
     )
     timing = run.add_argument_group("timing (durations: 90, 30s, 5m, 2h, 7d)")
-    timing.add_argument("--horizon", type=positive_duration, default=300.0, help="--burst leaves later jobs (5m)")
-    timing.add_argument("--lease", type=positive_duration, help="silence before claims are taken back (queue's)")
-    timing.add_argument("--sweep-interval", type=positive_duration, help="between sweeps (a sixth of the lease)")
-    timing.add_argument("--drain-timeout", type=positive_duration, default=60.0, help="running jobs' time on a drain")
-    timing.add_argument("--kill-grace", type=positive_duration, default=5.0, help="between SIGTERM and SIGKILL")
-    timing.add_argument("--poll-interval", type=positive_duration, default=1.0, help="safety-net rescan of the queue")
-    timing.add_argument("--retention", type=positive_duration, help="purge done jobs older than this (queue's)")
-    timing.add_argument(
-        "--stall-timeout", type=positive_duration, default=60.0, help="--burst gives up after failing this long (1m)"
-    )
+    for option, what in TIMING.items():
+        name = option.removeprefix("--").replace("-", "_")
+        shown = "queue's" if name in ("lease", "retention") else _shown(default(name))
+        timing.add_argument(option, type=positive_duration, help=f"{what} ({shown})")
     run.add_argument("--no-durable", action="store_true", help="skip fsync (survives crashes, not power loss)")
     run.add_argument(
         "--user", metavar="NAME", help="as root: become NAME (the queue's owner) before touching the queue or the app"
@@ -72,20 +85,9 @@ def _run(args: argparse.Namespace) -> int:
         privileges.become(args.user)  # first: nothing is read, imported or forked as root
     registry = load_app(args.app, args.path) if args.app else None
     queue = Queue(args.queue, create=False, durable=not args.no_durable)
-    optional = {"lease": args.lease, "sweep_interval": args.sweep_interval, "retention": args.retention}
-    optional["commands"] = args.commands
-    optional["run_as_submitter"] = args.run_as_submitter or None
-    manager = Manager(
-        queue,
-        registry,
-        concurrency=args.concurrency,
-        horizon=args.horizon,
-        drain_timeout=args.drain_timeout,
-        kill_grace=args.kill_grace,
-        poll_interval=args.poll_interval,
-        stall_timeout=args.stall_timeout,
-        **{name: value for name, value in optional.items() if value is not None},
-    )
+    given = {name: getattr(args, name) for name in ("concurrency", *(o[2:].replace("-", "_") for o in TIMING))}
+    given.update(commands=args.commands, run_as_submitter=args.run_as_submitter or None)
+    manager = Manager(queue, registry, **{name: value for name, value in given.items() if value is not None})
     return manager.run(burst=args.burst)
 
 

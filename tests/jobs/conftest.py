@@ -71,7 +71,7 @@ def queue(queue_path: Path) -> Queue:
 @pytest.fixture
 def owner(queue: Queue) -> Owner:
     """An owner registered on `queue` (lease 60 s)."""
-    found = Owner.new()
+    found = Owner.new(lease=60.0)
     queue.register_owner(found)
     return found
 
