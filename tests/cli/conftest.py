@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from jobs import Job, Queue, is_job_id
+from tests.conftest import FAST_CLI
 from tests.supervisor.conftest import (
     APP,
     APP_PATH,
@@ -35,21 +36,8 @@ from tests.supervisor.conftest import (
 
 __all__ = ["barriers", "procs"]  # the process fixtures of tests/supervisor, used here too
 
-FAST_RUN = [
-    "--concurrency",
-    "2",
-    "--lease",
-    "3",
-    "--sweep-interval",
-    "0.5",
-    "--kill-grace",
-    "0.5",
-    "--poll-interval",
-    "0.2",
-    "--drain-timeout",
-    "5",
-]
-"""`forkvisor run` options small enough for tests (no --lease: see `RUN_NO_LEASE`)."""
+FAST_RUN = FAST_CLI
+"""`forkvisor run` options small enough for tests (tests/conftest.py)."""
 
 RUN_NO_LEASE = ["--concurrency", "1", "--kill-grace", "0.5", "--poll-interval", "0.2", "--drain-timeout", "5"]
 """For a background manager that takes the lease (and sweep interval) from the queue."""

@@ -22,19 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_until
+
 CHILD_TIMEOUT = 20.0
 EXIT_RAISED = 70  # the child's body raised; its traceback is in its .err file
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting until {what}")
-        select.select([], [], [], pause)  # a poll interval inside a deadline, not a blind sleep
-        pause = min(pause * 2, 0.02)
 
 
 def describe_status(status: int) -> str:
@@ -133,7 +124,7 @@ class Children:
 
         try:
             wait_until(stopped, timeout, f"child {pid} stops")
-        except AssertionError as exc:
+        except pytest.fail.Exception as exc:
             self._kill(pid)
             pytest.fail(f"{exc}; killed it with SIGKILL")
 

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,63 +33,11 @@ from jobs import Job, Queue, State
 from supervisor import forking
 from supervisor.manager import Manager
 from tests import sample_jobs
+from tests.conftest import FAST, FAST_CLI, REPO, wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 APP = "tests.sample_jobs:registry"
 APP_PATH = ["--path", str(REPO)]  # --app modules are found where --path says, never in the current folder
 _PR_SET_CHILD_SUBREAPER = 36
-
-FAST: dict[str, Any] = {
-    "concurrency": 2,
-    "lease": 3.0,
-    "sweep_interval": 0.5,
-    "kill_grace": 0.3,
-    "poll_interval": 0.2,
-    "memory_poll": 0.1,
-    "drain_timeout": 5.0,
-}
-"""Manager settings small enough for tests; a test overrides what it needs."""
-
-FAST_CLI = [
-    "--concurrency",
-    "2",
-    "--lease",
-    "3",
-    "--sweep-interval",
-    "0.5",
-    "--kill-grace",
-    "0.3",
-    "--poll-interval",
-    "0.2",
-    "--drain-timeout",
-    "5",
-]
-"""The same settings as `forkvisor run` options; later options override earlier ones."""
-
-
-def wait_until(
-    condition: Callable[[], object],
-    timeout: float = 5.0,
-    what: str = "the condition held",
-    *,
-    manager: Manager | None = None,
-) -> None:
-    """Poll `condition` until it is true; fail naming `what` after `timeout` seconds.
-
-    With `manager`, each pause is a `manager.step(timeout=...)`, so the manager
-    keeps working (and wakes at once on a child's exit or a new job) while we wait.
-    """
-    deadline = time.monotonic() + timeout
-    pause = 0.001
-    while not condition():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            pytest.fail(f"timed out after {timeout:g}s waiting until {what}")
-        if manager is not None:
-            manager.step(timeout=min(pause, left))
-        else:
-            time.sleep(min(pause, left))  # the backoff of a bounded poll, not a synchronisation
-        pause = min(pause * 2, 0.05)
 
 
 def read_pid(path: Path) -> int:
