@@ -58,11 +58,6 @@ class Claim:
     def run_path(self) -> Path:
         return self.path / f"attempt-{self.run}"
 
-    @property
-    def run_place(self) -> Entry:
-        """Where the folder of this claim's run is."""
-        return Entry(self.place.dir, f"{self.place.name}/attempt-{self.run}")
-
 
 class Claimer:
     """Claims jobs for the owners of one queue object and moves them on."""

@@ -104,6 +104,11 @@ class ReadyIndex:
         return bool(self._heap)
 
     @property
+    def watched(self) -> bool:
+        """Whether a watcher reports this folder's new names (then scans are only a safety net)."""
+        return self._watched
+
+    @property
     def skipped(self) -> int:
         """How many names are being skipped."""
         return len(self._skipped)

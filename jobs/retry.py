@@ -83,7 +83,6 @@ class Described:
 
 DEFAULT_BACKOFF = Backoff(1.0, 300.0)
 """Exponential from 1 s, doubling, plus up to 1 s of jitter, capped at 5 minutes."""
-DEFAULT_WAIT: WaitStrategy = DEFAULT_BACKOFF
 
 
 def as_backoff(value: object, name: str = "backoff") -> WaitStrategy:

@@ -247,6 +247,11 @@ class Queue:
         self._claimer.note_lost(claim, how, _now(now))
 
     @property
+    def index(self) -> ReadyIndex:
+        """The claim index of this queue object: its `scans` and `skipped` say what claiming cost."""
+        return self._index
+
+    @property
     def left_for_others(self) -> dict[str, int]:
         """Functions this queue object's claims could not run, with how many jobs it gave back."""
         return self._claimer.left_for_others

@@ -177,6 +177,7 @@ def _kill_quietly(pid: int, signum: signal.Signals) -> None:
         pass  # already gone
 
 
-def become_subreaper() -> None:
-    """Adopt orphaned grandchildren so they are reaped here, not left as zombies elsewhere."""
-    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+def become_subreaper(adopt: bool = True) -> None:
+    """Adopt orphaned grandchildren so they are reaped here, not left as zombies elsewhere
+    (`adopt=False`: stop adopting them)."""
+    _libc.prctl(_PR_SET_CHILD_SUBREAPER, int(adopt), 0, 0, 0)

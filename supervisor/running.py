@@ -18,10 +18,6 @@ class Stop(Enum):
     CANCELLED = "cancelled"  # an operator cancelled it: dead, no further attempt
     DRAIN = "drain"  # the manager drains or stops: released, the attempt not counted
 
-    @property
-    def is_limit(self) -> bool:
-        return self in (Stop.TIMEOUT, Stop.MEMORY)
-
 
 @dataclass
 class Running:

@@ -1,6 +1,8 @@
 """What every test folder shares: where the repository is, manager settings small
 enough for tests (as `Manager` settings and as `forkvisor run` options, from one
-table), and `wait_until`, the one way a test waits: poll a condition with a deadline."""
+table), `wait_until`, the one way a test waits (poll a condition with a deadline),
+and the fixtures of the process and fault tests (defined in tests/processes.py and
+tests/faults/conftest.py, made available to every folder here)."""
 
 from __future__ import annotations
 
@@ -59,3 +61,22 @@ def wait_until(
         else:
             time.sleep(min(pause, left))  # the backoff of a bounded poll, not a synchronisation
         pause = min(pause * 2, 0.05)
+
+
+# The shared fixtures, for every folder (imported last: they use the names above).
+from tests.faults.conftest import nobody, open_dir, outside, tmpfs  # noqa: E402
+from tests.processes import barriers, procs, queue  # noqa: E402
+
+__all__ = [
+    "FAST",
+    "FAST_CLI",
+    "REPO",
+    "barriers",
+    "nobody",
+    "open_dir",
+    "outside",
+    "procs",
+    "queue",
+    "tmpfs",
+    "wait_until",
+]

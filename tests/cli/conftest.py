@@ -22,19 +22,15 @@ import pytest
 
 from jobs import Job, Queue, is_job_id
 from tests.conftest import FAST_CLI
-from tests.supervisor.conftest import (
+from tests.processes import (
     APP,
     APP_PATH,
     REPO,
     Processes,
-    barriers,
     cmdline,
     forkvisor_command,
-    procs,
     wait_until,
 )
-
-__all__ = ["barriers", "procs"]  # the process fixtures of tests/supervisor, used here too
 
 FAST_RUN = FAST_CLI
 """`forkvisor run` options small enough for tests (tests/conftest.py)."""

@@ -29,7 +29,7 @@ from tests.cli.conftest import (
     stop_manager,
     submit,
 )
-from tests.supervisor.conftest import Processes, dump, forkvisor_command, is_gone, outcome, read_pid, wait_until
+from tests.processes import Processes, dump, forkvisor_command, is_gone, outcome, read_pid, wait_until
 
 # -- retry ----------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from jobs import (
 )
 from tests import sample_jobs
 from tests.cli.conftest import FAST_RUN, stop_manager
-from tests.supervisor.conftest import APP, APP_PATH, REPO, Processes, dump
+from tests.processes import APP, APP_PATH, REPO, Processes, dump
 
 
 @pytest.fixture

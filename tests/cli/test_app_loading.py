@@ -13,7 +13,7 @@ import pytest
 
 import jobs
 from tests.cli.conftest import Result, cli, new_queue, ok, refused
-from tests.supervisor.conftest import REPO, forkvisor_command
+from tests.processes import REPO, forkvisor_command
 
 APP_SOURCE = """\
 from jobs import Registry

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import UNKNOWN_ID, burst, cli, counts, new_queue, refused, submit
-from tests.supervisor.conftest import APP, APP_PATH, REPO
+from tests.processes import APP, APP_PATH, REPO
 
 
 @dataclass(frozen=True)

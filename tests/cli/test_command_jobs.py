@@ -23,7 +23,7 @@ from tests.cli.conftest import (
     spec_file,
     submit,
 )
-from tests.supervisor.conftest import Processes, dump, is_gone, outcome, read_pid, wait_until
+from tests.processes import Processes, dump, is_gone, outcome, read_pid, wait_until
 
 
 def test_submit_prints_the_id_and_the_forked_child_execs_the_command(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from jobs import State
 from jobs.job import parse_scheduled_name
 from tests.cli.conftest import burst, enqueue, job, new_queue, ok, spec_file
-from tests.supervisor.conftest import APP, APP_PATH, dump
+from tests.processes import APP, APP_PATH, dump
 
 
 def due_of(queue: Path, job_id: str) -> float:

@@ -25,7 +25,7 @@ from tests.cli.conftest import (
     stop_manager,
     submit,
 )
-from tests.supervisor.conftest import Processes, read_pid, wait_until
+from tests.processes import Processes, read_pid, wait_until
 
 FAILING = 'echo "out $FORKVISOR_ATTEMPT"; echo "err $FORKVISOR_ATTEMPT" >&2; exit 3'
 

@@ -22,7 +22,7 @@ from tests.cli.conftest import (
     submit,
     wait_explained,
 )
-from tests.supervisor.conftest import Processes, dump, wait_until
+from tests.processes import Processes, dump, wait_until
 
 DEFAULTS = {
     "max_attempts": 3,

@@ -12,7 +12,7 @@ import pytest
 
 from jobs import Queue, State
 from tests.cli.conftest import burst, new_queue
-from tests.supervisor.conftest import REPO
+from tests.processes import REPO
 
 SCRIPT = REPO / "examples" / "submit.sh"
 

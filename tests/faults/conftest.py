@@ -33,9 +33,7 @@ import pytest
 from jobs import Queue, Registry
 from supervisor.manager import Manager
 from tests.faults import fault_jobs
-from tests.supervisor.conftest import FAST, REPO, Processes, barriers, is_gone, procs, wait_until
-
-__all__ = ["barriers", "procs"]  # the process fixtures of tests/supervisor, used here too
+from tests.processes import FAST, REPO, Processes, is_gone, wait_until
 
 DAY = 86400.0
 GOOD = {"function": "fault.ok", "args": ["good"]}

@@ -16,7 +16,7 @@ from pathlib import Path
 from jobs import Owner, Queue, State, new_job_id
 from jobs.lease import OWNER_FILE
 from tests.faults.conftest import DAY, cli_manager, faketime
-from tests.supervisor.conftest import Processes, dump, wait_until
+from tests.processes import Processes, dump, wait_until
 
 FAULT_APP = "tests.faults.fault_jobs:registry"
 SPEC = '{"function": "fault.ok", "args": ["held elsewhere"]}'

@@ -18,7 +18,7 @@ from jobs import Call, Queue, QueueError, State
 from tests import sample_jobs
 from tests.faults import fault_jobs
 from tests.faults.conftest import Tmpfs, start_manager, step_cpu
-from tests.supervisor.conftest import REPO, Processes, dump, forkvisor_command, outcome, wait_until
+from tests.processes import REPO, Processes, dump, forkvisor_command, outcome, wait_until
 
 
 def staged_and_published(queue: Queue) -> dict[str, list[str]]:

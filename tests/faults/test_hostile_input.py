@@ -26,7 +26,7 @@ from jobs import JobsError, Owner, Queue, State, new_job_id
 from jobs.job import MAX_SPEC_BYTES, ready_name, scheduled_name
 from jobs.lease import OWNER_FILE
 from tests.faults.conftest import GOOD, Outside, cli_manager, entry_path, plant_entry, start_manager, watchdog
-from tests.supervisor.conftest import REPO, Processes, dump, wait_until
+from tests.processes import REPO, Processes, dump, wait_until
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pytest
 from jobs import Call, Queue, State
 from tests import sample_jobs
 from tests.faults.conftest import start_manager
-from tests.supervisor.conftest import REPO, Processes, dump, forkvisor_command, wait_until
+from tests.processes import REPO, Processes, dump, forkvisor_command, wait_until
 
 PRIVATE = (0o700, 0o600)
 SHARED = (0o2750, 0o640)

@@ -34,7 +34,7 @@ from tests.faults.conftest import (
     step_cpu,
     sweeper_of,
 )
-from tests.supervisor.conftest import (
+from tests.processes import (
     APP,
     APP_PATH,
     REPO,

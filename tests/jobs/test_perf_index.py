@@ -61,12 +61,12 @@ def _claimed_id(queue: Queue, owner: Owner) -> str:
 def test_a_watched_index_does_not_rescan_to_find_names(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(4)]
     assert _claimed_id(queue, owner) == ids[0]
-    scans = queue._index.scans
+    scans = queue.index.scans
     elsewhere = _enqueue_elsewhere(queue.path, 50)
     queue.note_ready(f"050.{elsewhere}")  # what the manager's inotify watch does
     clock.now += 0.5  # ten times the unwatched index's least age
     assert [_claimed_id(queue, owner) for _ in range(2)] == [elsewhere, ids[1]]
-    assert queue._index.scans == scans
+    assert queue.index.scans == scans
 
 
 def test_a_watched_index_rescans_at_once_when_the_watcher_lost_events(queue: Queue, owner: Owner, clock: Clock) -> None:
@@ -106,9 +106,9 @@ def test_a_watched_index_skips_names_another_manager_claimed(queue_path: Path, c
     queue.note_ready(f"100.{ids[0]}")
     assert _claimed_id(queue, me) == ids[0]
     assert [_claimed_id(rival, them) for _ in range(2)] == ids[1:3]
-    scans = queue._index.scans
+    scans = queue.index.scans
     assert _claimed_id(queue, me) == ids[3]  # two failed renames, no scan
-    assert queue._index.scans == scans
+    assert queue.index.scans == scans
     late = _enqueue_elsewhere(queue_path, 0)
     queue.note_ready(f"100.{late}")
     assert _claimed_id(queue, me) == late
@@ -118,10 +118,10 @@ def test_a_watched_index_skips_names_another_manager_claimed(queue_path: Path, c
 def test_own_enqueues_do_not_make_an_index_watched(tmp_path: Path) -> None:
     queue = Queue(tmp_path / "q")
     queue.enqueue("sample.echo")
-    assert queue._index._watched is False  # a claimer without a watcher keeps the short rescans
+    assert queue.index.watched is False  # a claimer without a watcher keeps the short rescans
     index = ReadyIndex(lambda: os.scandir(tmp_path / "q" / "ready"))
     index.note("100.x")
-    assert index._watched is True
+    assert index.watched is True
 
 
 def test_an_index_keeps_more_names_from_a_bigger_folder(tmp_path: Path, clock: Clock) -> None:

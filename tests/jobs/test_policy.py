@@ -276,12 +276,12 @@ def test_a_manager_with_no_registry_runs_commands_only(queue: Queue, owner: Owne
 def test_given_back_names_are_forgotten_once_they_leave_ready(queue: Queue, owner: Owner) -> None:
     queue.enqueue("deployed.tomorrow")
     assert queue.claim(owner.name, functions=FUNCTIONS) is None
-    assert queue._index.skipped == 1
+    assert queue.index.skipped == 1
     other = Queue(queue.path, create=False)
     taken = other.claim(owner.name)  # a manager that runs it
     assert taken is not None
-    queue._index.rescan()
-    assert queue._index.skipped == 0
+    queue.index.rescan()
+    assert queue.index.skipped == 0
 
 
 # -- resolution as a pure function ---------------------------------------------------------------

@@ -22,10 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import nobody, open_dir, outside, tmpfs
-from tests.supervisor.conftest import REPO, barriers, forkvisor_command, procs, queue
-
-__all__ = ["barriers", "nobody", "open_dir", "outside", "procs", "queue", "tmpfs"]
+from tests.processes import REPO, forkvisor_command
 
 TEAM, OWNER, ALICE, BOB, EVE = "fvteam", "fvowner", "fvalice", "fvbob", "fveve"
 MEMBERS = (OWNER, ALICE, BOB)

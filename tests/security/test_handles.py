@@ -18,7 +18,7 @@ from jobs import Queue, QueueError, State
 from tests import sample_jobs
 from tests.faults.conftest import Outside, cli_manager
 from tests.jobs_processes.invariants import check_invariants
-from tests.supervisor.conftest import Processes, dump, wait_until
+from tests.processes import Processes, dump, wait_until
 
 
 def _swap_for_link(queue: Queue, folder: str, target: Path) -> Path:

@@ -18,8 +18,8 @@ import pytest
 
 from jobs import Queue, State, new_job_id
 from tests.jobs_processes import invariants
+from tests.processes import APP, APP_PATH, FAST_CLI, Processes, wait_until
 from tests.security.conftest import ALICE, BOB, EVE, OWNER, as_user, python_as, run_as
-from tests.supervisor.conftest import APP, APP_PATH, FAST_CLI, Processes, wait_until
 
 ENQUEUE = (
     "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue(sys.argv[2], *sys.argv[3:]))"

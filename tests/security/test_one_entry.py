@@ -23,7 +23,7 @@ from jobs.lease import OWNER_FILE
 from tests import sample_jobs
 from tests.faults.conftest import Outside, start_manager, watchdog
 from tests.jobs_processes import invariants
-from tests.supervisor.conftest import REPO, Processes, dump, forkvisor_command, wait_until
+from tests.processes import REPO, Processes, dump, forkvisor_command, wait_until
 
 DEEP = b"[" * 100_000
 

@@ -18,8 +18,8 @@ import pytest
 from jobs import Queue, State
 from tests.faults.conftest import Outside
 from tests.jobs_processes import invariants
+from tests.processes import APP, APP_PATH, REPO, forkvisor_command
 from tests.security.conftest import ALICE, BOB, EVE, OWNER, TEAM, python_as, run_as
-from tests.supervisor.conftest import APP, APP_PATH, REPO, forkvisor_command
 
 SUBMIT_ID = "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue_command(['id', '-u']))"
 

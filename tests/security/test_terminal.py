@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jobs import Queue, State, new_job_id
 from jobs.job import ready_name
-from tests.supervisor.conftest import REPO, Processes, forkvisor_command, wait_until
+from tests.processes import REPO, Processes, forkvisor_command, wait_until
 
 ESC = "\x1b"
 HOSTILE = "evil\x1b[2J\x1b]0;owned\x07\nforged line\u202eevil"  # clear screen, set title, new line, bidi

@@ -19,7 +19,7 @@ import pytest
 
 from jobs import Call, JobOptions, Queue, State
 from tests import sample_jobs
-from tests.supervisor.conftest import (
+from tests.processes import (
     APP_PATH,
     Processes,
     cmdline,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.supervisor.conftest import is_gone, reap_everything, wait_until
+from tests.processes import is_gone, reap_everything, wait_until
 
 
 def test_wait_until_names_what_never_happened() -> None:

@@ -14,7 +14,7 @@ import pytest
 import jobs.files
 from jobs import Queue, State
 from tests.cli.conftest import ok
-from tests.supervisor.conftest import APP_PATH, Processes, dump, wait_until
+from tests.processes import APP_PATH, Processes, dump, wait_until
 
 OLD = ["--app", "tests.sample_jobs:registry", *APP_PATH]
 NEW = ["--app", "tests.sample_jobs:next_release", *APP_PATH]

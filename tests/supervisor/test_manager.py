@@ -11,7 +11,7 @@ from pathlib import Path
 from jobs import Queue, State
 from jobs.lease import OWNER_FILE
 from tests import sample_jobs
-from tests.supervisor.conftest import (
+from tests.processes import (
     Processes,
     cmdline,
     dump,

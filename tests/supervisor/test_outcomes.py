@@ -19,7 +19,7 @@ import pytest
 
 from jobs import Queue, State
 from tests import sample_jobs
-from tests.supervisor.conftest import (
+from tests.processes import (
     Processes,
     dump,
     error_json,

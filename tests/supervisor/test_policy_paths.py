@@ -14,7 +14,7 @@ from typing import Any
 from jobs import Job, Queue, State
 from tests import sample_jobs
 from tests.cli.conftest import burst, enqueue, new_queue, ok
-from tests.supervisor.conftest import APP, APP_PATH, REPO, dump, outcome
+from tests.processes import APP, APP_PATH, REPO, dump, outcome
 
 DECLARED = {"max_attempts": 2, "timeout": 0.5, "backoff": "fixed 0.3s"}  # sample.declared's registration
 
