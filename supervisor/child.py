@@ -22,11 +22,10 @@ import sys
 import traceback
 from typing import TextIO
 
-from setproctitle import setproctitle
-
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
 from supervisor.privileges import Identity, become_in_child, clean_environment, hand_over
+from supervisor.titles import Role, set_title
 
 EXIT_COMMAND_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
 
@@ -99,8 +98,9 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     environment. (Its own random stream it already has: `random` reseeds itself in every
     forked child.) Return the descriptor of the run's folder, through which every file of
     the run is written; None if the folder is gone: a sweeper took the claim back before we started."""
-    setproctitle(
-        f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
+    set_title(
+        Role.JOB,
+        f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}",
     )
     # Plain strings and descriptors, not objects, from here: every object a child makes costs
     # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).

@@ -28,8 +28,6 @@ import signal
 import time
 from enum import Enum
 
-from setproctitle import setproctitle
-
 from jobs import Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
 from supervisor import forking, sweeper
 from supervisor.children import Children
@@ -41,6 +39,7 @@ from supervisor.outcomes import Outcomes
 from supervisor.running import Running
 from supervisor.settings import Settings
 from supervisor.tenancy import Tenancy
+from supervisor.titles import Role, set_title
 from supervisor.wakeups import Wakeup, Wakeups
 
 log = logging.getLogger(__name__)
@@ -151,7 +150,7 @@ class Manager:
         return 0
 
     def finished(self, burst: bool) -> bool:
-        if self.running:
+        if self.running or self.outcomes.holding:
             return False
         if self.phase is not Phase.SERVING:
             return True
@@ -162,6 +161,7 @@ class Manager:
         if self.phase in (Phase.NEW, Phase.CLOSED):
             return
         try:
+            self.outcomes.release_held()  # a manager that closes holding one is being cancelled too
             self._kill_all_and_reap()
             self.sweeper.stop(self.settings.kill_grace)
             self.tenancy.retire()
@@ -179,12 +179,14 @@ class Manager:
         log.info("draining (%s): %d job(s) running, claiming no more", why, len(self.running))
         self.phase = Phase.DRAINING
         self.children.drain(time.monotonic(), self.settings.drain_timeout)
+        self.outcomes.release_held()  # children killed just before: the same cancel
         self._set_title()
 
     def stop_now(self, why: str) -> None:
         """Stop every running job at once and put it back in the queue."""
         log.warning("stopping now (%s): releasing %d running job(s)", why, len(self.running))
         self.phase = Phase.STOPPING
+        self.outcomes.release_held()
         self._kill_all_and_reap()
 
     def _kill_all_and_reap(self) -> None:
@@ -204,6 +206,7 @@ class Manager:
         self._on_queue(woken)
         self._take_in()
         self._reap()
+        self.outcomes.judge_held(now)
         self.outcomes.retry_stranded()
         self.outcomes.promote_retries()
         self.children.enforce(now)
@@ -274,7 +277,7 @@ class Manager:
     def _reap(self) -> None:
         for running, status in self.children.reaped():
             if running is not None:
-                self.outcomes.harvest(running, status)
+                self.outcomes.harvest(running, status, self.draining)
             elif status.pid == self.sweeper.pid:
                 self.sweeper.died(status, time.monotonic())
 
@@ -321,7 +324,9 @@ class Manager:
     # -- starting jobs -------------------------------------------------------------
 
     def _can_start_more(self, now: float) -> bool:
-        return self.phase is Phase.SERVING and self.tenancy.registered and self.children.has_room(now)
+        if self.phase is not Phase.SERVING or self.outcomes.holding:  # (holding: a cancel may be under way)
+            return False
+        return self.tenancy.registered and self.children.has_room(now)
 
     def _start_jobs(self) -> None:
         while self._can_start_more(time.monotonic()):
@@ -357,5 +362,5 @@ class Manager:
         state = " draining" if self.draining else ""
         title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
         if title != self._title:
-            setproctitle(title)
+            set_title(Role.MANAGER, title)
             self._title = title

@@ -5,21 +5,32 @@ a retry, dead: see `harvest.settle`). When the store fails (a full disk), the
 harvest is kept and tried again at every turn: the job stays this manager's
 meanwhile, and its heartbeat keeps the claim. A retry due soon is promoted by
 name when due, rather than waiting for a sweep (which would find it too).
+
+A cluster's cancel (Slurm's `scancel`, a container runtime's stop) sends SIGTERM to
+every process of the allocation, often the jobs' children before their manager. A
+child that dies of SIGTERM, SIGINT or SIGHUP that its manager did not send is held
+for `CANCEL_WINDOW` seconds: if the manager drains by then (its own SIGTERM came),
+or was draining already, the run is released (its attempt not counted) like every
+run a drain stops; otherwise it is a failed attempt, as any crash. The manager
+starts no job while it holds one (the cancel is not over).
 """
 
 from __future__ import annotations
 
 import heapq
 import logging
+import signal
 import time
 from typing import Any
 
 from jobs import Claim, ClaimLost, JobsError, Queue
 from supervisor import forking, harvest
 from supervisor.health import StoreHealth
-from supervisor.running import Running
+from supervisor.running import Running, Stop
 
 log = logging.getLogger(__name__)
+CANCEL_WINDOW = 2.0  # seconds between a child's death by an outside SIGTERM and the manager's own
+OUTSIDE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Outcomes:
@@ -30,13 +41,52 @@ class Outcomes:
         self.health = health
         self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
         self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
+        self._held: list[tuple[Running, forking.ExitStatus, float]] = []  # killed from outside: until when
 
     def held(self) -> set[str]:
         """Jobs whose harvest waits to be recorded: still claimed by this manager."""
-        return {running.claim.job_id for running, _, _ in self._stranded}
+        waiting = [*self._stranded, *self._held]
+        return {entry[0].claim.job_id for entry in waiting}
 
-    def harvest(self, running: Running, status: forking.ExitStatus) -> None:
+    @property
+    def holding(self) -> bool:
+        """A child killed from outside waits to be judged: a cancel may be under way."""
+        return bool(self._held)
+
+    def harvest(self, running: Running, status: forking.ExitStatus, draining: bool) -> None:
         """Record a reaped child's run and move its job on (or keep it to try again)."""
+        if running.stopped is None and status.signal in OUTSIDE_STOPS:
+            if draining:
+                running.stopped = Stop.DRAIN  # stopped from outside while we drain: released
+            else:
+                log.warning(
+                    "job %s pid %d %s, not by this manager: holding it %gs in case a cancel follows",
+                    running.claim.job_id,
+                    status.pid,
+                    status.describe(),
+                    CANCEL_WINDOW,
+                )
+                self._held.append((running, status, time.monotonic() + CANCEL_WINDOW))
+                return
+        self._harvest(running, status)
+
+    def release_held(self) -> None:
+        """The manager drains: the children killed from outside were a cancel's; release them."""
+        held, self._held = self._held, []
+        for running, status, _ in held:
+            running.stopped = Stop.DRAIN
+            self._harvest(running, status)
+
+    def judge_held(self, now: float) -> None:
+        """No drain followed within the window: those children failed their attempt."""
+        if not self._held:
+            return
+        due = [entry for entry in self._held if entry[2] <= now]
+        self._held = [entry for entry in self._held if entry[2] > now]
+        for running, status, _ in due:
+            self._harvest(running, status)
+
+    def _harvest(self, running: Running, status: forking.ExitStatus) -> None:
         claim = running.claim
         if running.lost:
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
@@ -69,10 +119,11 @@ class Outcomes:
                 log.error("cannot promote the retry of job %s: %s; a sweep will", job_id, exc)
 
     def next_deadline(self, now: float) -> float:
-        """When the next retry is due (on the monotonic clock of `now`)."""
+        """When the next retry is due or a held child is judged (on the monotonic clock of `now`)."""
+        soonest = min((until for _, _, until in self._held), default=float("inf"))
         if not self._retries:
-            return float("inf")
-        return now + max(0.0, self._retries[0][0] - time.time())
+            return soonest
+        return min(soonest, now + max(0.0, self._retries[0][0] - time.time()))
 
     def unstarted(self, claim: Claim, exc: Exception) -> None:
         """A job that cannot start here at all (unknown function, bad command, no such submitter): dead."""

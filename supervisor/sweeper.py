@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from setproctitle import setproctitle
-
 from jobs import Functions, JobsError, Queue, State
 from supervisor import forking, liveness
 from supervisor.pacing import Backoff
+from supervisor.titles import Role, set_title
 
 log = logging.getLogger(__name__)
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
@@ -40,7 +39,7 @@ def run(
 ) -> int:
     """Sweep `path` every `interval` seconds until killed (it dies with its manager). What a
     sweep skips is kept in the folder of `owner`, its manager, for `forkvisor status`."""
-    setproctitle(f"forkvisor: sweeper {path}")
+    set_title(Role.SWEEPER, f"forkvisor: sweeper {path}")
     queue = Queue(path, create=False, durable=durable)
     every = purge_interval(retention, interval)
     next_purge = 0.0

@@ -1,0 +1,33 @@
+"""What a forkvisor process is called: a long title that `ps -f` shows (role, queue,
+how busy, which job), and a short kernel name without spaces that says its role.
+
+The kernel's name (`/proc/PID/comm`, 15 bytes) is what `ps -e`, `pgrep`, `top`,
+monitoring agents and Slurm's process tracking read. `setproctitle` sets it to the
+first 15 bytes of the title ("forkvisor: mana"), and Slurm parses `/proc/PID/stat`
+in a way that skips any process whose name holds a space: such a manager never gets
+the SIGTERM of a `scancel`. So each title is followed by the short name of its role.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+
+from setproctitle import setproctitle
+
+_PR_SET_NAME = 15
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Role(enum.Enum):
+    """The short name of each kind of forkvisor process (at most 15 bytes, no space)."""
+
+    MANAGER = "fv-manager"
+    SWEEPER = "fv-sweeper"
+    JOB = "fv-job"  # a Python job's child; a command job takes its program's name when it execs
+
+
+def set_title(role: Role, title: str) -> None:
+    """Show `title` in `ps -f` and `role`'s short name in `/proc/PID/comm`."""
+    setproctitle(title)
+    _libc.prctl(_PR_SET_NAME, role.value.encode(), 0, 0, 0)
