@@ -29,12 +29,13 @@ import time
 from enum import Enum
 
 from jobs import Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
-from supervisor import forking, sweeper
+from supervisor import forking, logfiles, sweeper
 from supervisor.children import Children
 from supervisor.errors import Stalled
 from supervisor.health import StoreHealth
 from supervisor.launch import Launcher, check_root
 from supervisor.leftovers import Leftovers
+from supervisor.notify import Notifier
 from supervisor.outcomes import Outcomes
 from supervisor.running import Running
 from supervisor.settings import Settings
@@ -88,6 +89,7 @@ class Manager:
             self.queue, self.functions, options.sweep_interval, options.tmp_age, options.retention, self._owner_name
         )
         self.leftovers = Leftovers(self.queue, self.functions, options.horizon, self.health)
+        self.notifier = Notifier()  # systemd's Type=notify, when it asked
         self._take_in_due = True  # members' submissions may wait in incoming/
         self._replaced: QueueReplaced | None = None  # the queue's folders changed under us: drain, then fail
         self._title = ""
@@ -127,6 +129,7 @@ class Manager:
         self.phase = Phase.SERVING
         self.sweeper.keep(time.monotonic(), self.wakeups.fds)
         self._set_title()
+        self.notifier.ready(self._status_text())
         concurrency = self.settings.concurrency
         log.info("manager %s serving %s with concurrency %d", self.tenancy.name, self.queue.path, concurrency)
 
@@ -181,6 +184,7 @@ class Manager:
         self.children.drain(time.monotonic(), self.settings.drain_timeout)
         self.outcomes.release_held()  # children killed just before: the same cancel
         self._set_title()
+        self.notifier.stopping(self._status_text())
 
     def stop_now(self, why: str) -> None:
         """Stop every running job at once and put it back in the queue."""
@@ -214,6 +218,7 @@ class Manager:
         self._keep_sweeper(now)
         self._start_jobs()
         self._set_title()
+        self.notifier.tick(now)
 
     def _wait_time(self, now: float, timeout: float | None) -> float:
         """Until the earliest deadline of any part (`timeout` at most)."""
@@ -222,6 +227,7 @@ class Manager:
             self.tenancy.next_heartbeat,
             self.children.next_deadline(now),
             self.outcomes.next_deadline(now),
+            self.notifier.next_deadline(),
         )
         if self.sweeper.pid is None and self.phase is not Phase.STOPPING:
             soonest = min(soonest, self.sweeper.restart_at)
@@ -240,7 +246,7 @@ class Manager:
             elif signum == signal.SIGUSR1:
                 log.info("status: %s", self.status_line())
             elif signum == signal.SIGHUP:
-                log.info("SIGHUP ignored: send SIGTERM to drain, or use `forkvisor drain`")
+                log.info("SIGHUP: reopened %d log file(s); nothing else reloads (see docs)", logfiles.reopen())
 
     def _on_queue(self, woken: Wakeup) -> None:
         for name in woken.ready:
@@ -364,3 +370,15 @@ class Manager:
         if title != self._title:
             set_title(Role.MANAGER, title)
             self._title = title
+            self.notifier.status_changed(self._status_text)
+
+    def _status_text(self) -> str:
+        """What `systemctl status` shows: how busy, and the queue's counts."""
+        busy = f"{len(self.running)}/{self.settings.concurrency} busy{', draining' if self.draining else ''}"
+        try:
+            counts = self.queue.counts()
+        except (OSError, JobsError) as exc:
+            return f"{busy}; cannot count the queue: {exc}"
+        return (
+            busy + "; " + ", ".join(f"{state} {counts[state]}" for state in ("ready", "scheduled", "claimed", "dead"))
+        )

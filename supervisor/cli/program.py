@@ -66,8 +66,8 @@ _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], i
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(list(sys.argv[1:] if argv is None else argv))
-    _configure_logging(args.log_level or getattr(args, "log_default", "WARNING"), args.log_format)
     try:
+        _configure_logging(args.log_level or getattr(args, "log_default", "WARNING"), args.log_format, args.log_file)
         return int(args.command(args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -110,6 +110,7 @@ def parser() -> Parser:
         "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO for run and demo, else WARNING"
     )
     top.add_argument("--log-format", default="text", choices=sorted(LOG_FORMATS))
+    top.add_argument("--log-file", metavar="PATH", help="append the log here, not to stderr (reopened on SIGHUP)")
     top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
     commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
     for module in (serve, admin, submit, reading):
@@ -123,8 +124,15 @@ class _JsonMessageFormatter(logging.Formatter):
         return super().format(record)
 
 
-def _configure_logging(level: str, style: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def _configure_logging(level: str, style: str, path: str | None) -> None:
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if path is None else _log_file(path)
     formatter_class = _JsonMessageFormatter if style == "json" else SafeFormatter
     handler.setFormatter(formatter_class(LOG_FORMATS[style]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+def _log_file(path: str) -> logging.FileHandler:
+    try:
+        return logging.FileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot open the log file {path}: {exc.strerror}") from None

@@ -15,6 +15,7 @@ from types import ModuleType
 
 from jobs import Call, JobOptions, Queue, Registry, command_call, format_duration
 from supervisor import privileges
+from supervisor.cli import environment
 from supervisor.cli.common import Commands, Parser, UsageError, add_command, add_queue, positive_duration
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
@@ -76,6 +77,7 @@ def _add_run(commands: Commands[Parser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    environment.fill(args, environment.RUN, os.environ)  # a flag wins over the environment
     if args.user and args.run_as_submitter:
         raise UsageError(
             "--user and --run-as-submitter exclude each other: a manager either becomes one user, "

@@ -21,6 +21,7 @@ from jobs import Call, JobOptions, Queue, State
 from tests import sample_jobs
 from tests.processes import (
     APP_PATH,
+    FAST_CLI,
     Processes,
     cmdline,
     dump,
@@ -309,15 +310,30 @@ def test_demo_leaves_done_and_dead_jobs(procs: Processes, tmp_path: Path) -> Non
 def test_idle_manager_exits_0_on_a_drain_signal(procs: Processes, queue: Queue, signum: signal.Signals) -> None:
     manager = procs.run_manager(queue)
     wait_until(lambda: "forkvisor: manager" in cmdline(manager.pid), 10, "the manager started and set its title")
-    # SIGHUP and SIGUSR1 must not stop it: the first is ignored, the second logs a status line.
+    # SIGHUP and SIGUSR1 must not stop it: the first reopens log files (none here), the second logs a status line.
     manager.send_signal(signal.SIGHUP)
-    wait_until(lambda: "SIGHUP ignored" in procs.log(manager), 5, "the manager logged that it ignored SIGHUP")
+    wait_until(lambda: "SIGHUP: reopened 0 log file(s)" in procs.log(manager), 5, "the manager logged its SIGHUP")
     manager.send_signal(signal.SIGUSR1)
     wait_until(lambda: "status: 0/2 busy" in procs.log(manager), 5, "the manager logged its status on SIGUSR1")
     assert manager.poll() is None
     manager.send_signal(signum)
     assert procs.wait_exit(manager, 10, f"idle manager after {signum.name}") == 0, procs.log(manager)
     assert os.listdir(queue.path / "claimed") == []
+
+
+def test_sighup_reopens_the_log_file_that_logrotate_moved(procs: Processes, queue: Queue, tmp_path: Path) -> None:
+    log_file = tmp_path / "manager.log"
+    manager = procs.forkvisor("--log-file", str(log_file), "run", str(queue.path), *FAST_CLI)
+    wait_until(lambda: log_file.exists() and "serving" in log_file.read_text(), 10, "the manager logged to its file")
+    rotated = log_file.rename(tmp_path / "manager.log.1")  # what logrotate does
+    manager.send_signal(signal.SIGHUP)
+    wait_until(log_file.exists, 10, "the manager reopened its log file by name")
+    manager.send_signal(signal.SIGTERM)
+    assert procs.wait_exit(manager, 10, "the manager after SIGTERM") == 0
+    assert "serving" in rotated.read_text()
+    assert "reopened 1 log file(s)" in log_file.read_text()
+    assert "stopped" in log_file.read_text()
+    assert procs.log(manager) == ""  # nothing on stderr: the log went to the file
 
 
 def test_drain_request_older_than_the_manager_is_ignored(procs: Processes, queue: Queue) -> None:

@@ -1,0 +1,48 @@
+"""`forkvisor run`'s options from FORKVISOR_* variables (issue 19): flag, then
+environment, then the queue's settings, then the default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jobs import State
+from tests.cli.conftest import cli, counts, enqueue, job, new_queue, refused
+from tests.processes import APP, REPO
+
+
+def test_a_manager_takes_its_options_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = new_queue(tmp_path / "queue")
+    ids = [enqueue(queue, "sample.ok", "--args", "[1]") for _ in range(3)]
+    for name, value in {
+        "BURST": "yes",  # without it the manager would serve for ever and the run below time out
+        "APP": APP,
+        "PATH": f"{tmp_path}{os.pathsep}{REPO}",
+        "CONCURRENCY": "1",
+        "POLL_INTERVAL": "200ms",
+        "KILL_GRACE": "0.5",
+    }.items():
+        monkeypatch.setenv(f"FORKVISOR_{name}", value)
+    result = cli("run", queue, timeout=60)
+    assert result.code == 0, result
+    assert [job(queue, job_id).state for job_id in ids] == [State.DONE] * 3
+    assert "concurrency 1" in result.err, result
+
+
+def test_a_flag_wins_over_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = new_queue(tmp_path / "queue")
+    enqueue(queue, "sample.ok", "--args", "[1]")
+    monkeypatch.setenv("FORKVISOR_CONCURRENCY", "not a number")  # never read: the flag says
+    monkeypatch.setenv("FORKVISOR_COMMANDS", "yes")
+    result = cli("run", queue, "--burst", "--app", APP, "--path", str(REPO), "--concurrency", "2", "--no-commands")
+    assert result.code == 0, result
+    assert counts(queue)["done"] == 1
+    assert "concurrency 2" in result.err, result
+
+
+def test_a_variable_that_does_not_read_is_refused_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = new_queue(tmp_path / "queue")
+    monkeypatch.setenv("FORKVISOR_DRAIN_TIMEOUT", "soon")
+    refused(cli("run", queue, "--burst"), 2, "FORKVISOR_DRAIN_TIMEOUT='soon' in the environment")
