@@ -76,6 +76,7 @@ from jobs.fate import Cause, Reason
 from jobs.folder import DRAIN_FILE
 from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.lease import Liveness, Owner, unknown_liveness
+from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.policy import Functions, Policy, Source
 from jobs.registry import Registered, Registry
 from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
@@ -89,6 +90,8 @@ __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DRAIN_FILE",
+    "NOT_PAUSED",
+    "PAUSE_FILE",
     "QUEUE_DEFAULTS",
     "QUEUE_SETTINGS",
     "TMP_AGE",
@@ -116,6 +119,7 @@ __all__ = [
     "NotFinished",
     "Owner",
     "OwnerFolder",
+    "Paused",
     "Policy",
     "Queue",
     "QueueError",

@@ -31,6 +31,7 @@ from jobs.handles import Dir, Entry
 from jobs.index import ReadyIndex
 from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
 from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, SKIPPED_FILES, Owner
+from jobs.pause import NOT_PAUSED, Paused
 from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class Claimer:
 
     # -- claiming ------------------------------------------------------------------
 
-    def claim(self, owner: str, now: float, functions: Functions | None) -> Claim | None:
+    def claim(self, owner: str, now: float, functions: Functions | None, paused: Paused = NOT_PAUSED) -> Claim | None:
         """Claim the next ready job for `owner` and count its attempt; None if none is ready.
         With `functions`, only a job they run: any other is given back as it was (no attempt
         used) and not looked at again by this claimer."""
@@ -144,7 +145,7 @@ class Claimer:
         # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
         try:
             while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
-                claim = self._claim_entry(owner, name, now, functions)
+                claim = self._claim_entry(owner, name, now, functions, paused)
                 if claim is not None:
                     return claim
                 if (left := left - 1) == 0 or time.monotonic() > stop_at:
@@ -155,9 +156,11 @@ class Claimer:
             if self.unclaimable and self._index.scans != scans:  # entries fixed or removed since are forgotten
                 self.unclaimable = {name: why for name, why in self.unclaimable.items() if self._index.is_skipped(name)}
 
-    def _claim_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | None:
+    def _claim_entry(
+        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused
+    ) -> Claim | None:
         try:
-            return self._try_entry(owner, name, now, functions)
+            return self._try_entry(owner, name, now, functions, paused)
         except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
             # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
             self._index.skip(name)
@@ -177,7 +180,9 @@ class Claimer:
         except (OSError, MoveCollision):
             pass  # not moved, or it cannot go back: this owner's heartbeat returns it
 
-    def _try_entry(self, owner: str, name: str, now: float, functions: Functions | None) -> Claim | None:
+    def _try_entry(
+        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused
+    ) -> Claim | None:
         ready, claimed = self.folder.at(State.READY), self.folder.at(State.CLAIMED)
         parsed = parse_ready_name(name)
         problem = entry_problem(ready / name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
@@ -201,12 +206,12 @@ class Claimer:
             return None
         files.checkpoint("claim:moved")
         try:
-            return self._begin_run(owner, target, parsed[0], name, now, functions)
+            return self._begin_run(owner, target, parsed[0], name, now, functions, paused)
         except FileNotFoundError:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
     def _begin_run(
-        self, owner: str, place: Entry, job_id: str, name: str, now: float, functions: Functions | None
+        self, owner: str, place: Entry, job_id: str, name: str, now: float, functions: Functions | None, paused: Paused
     ) -> Claim | None:
         with place.open() as job:
             try:
@@ -219,6 +224,9 @@ class Claimer:
                 return None
             if functions is not None and not functions.knows(spec.function):
                 self._give_back(place, name, spec.function)
+                return None
+            if paused.covers(spec.function):
+                self._give_back(place, name, None)  # until resumed (see `pause`)
                 return None
             try:
                 used = self.folder.read_counter(job)
@@ -240,7 +248,7 @@ class Claimer:
             self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
         return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place)
 
-    def _give_back(self, place: Entry, name: str, function: str) -> None:
+    def _give_back(self, place: Entry, name: str, function: str | None) -> None:
         """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
         event (every manager that cannot run it passes it once), and never looked at again here."""
         self._index.skip(name)  # first: the watcher will report the name coming back
@@ -251,7 +259,8 @@ class Claimer:
             return  # reaped meanwhile: the sweeper returned it
         except MoveCollision:
             self.folder.quarantine(place, f"{name} is in ready/ twice (a copy?)", time.time())
-        self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
+        if function is not None:  # (None: paused, not left for other managers)
+            self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
 
     def _new_run_folder(self, job: Dir) -> int:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.

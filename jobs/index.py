@@ -94,6 +94,11 @@ class ReadyIndex:
         """Never hand out `name` again while it stays in `ready/` (the claimer cannot run it)."""
         self._skipped.add(hash(name))
 
+    def forget_skips(self) -> None:
+        """Hand out again the names given back so far (a function was resumed), after a rescan."""
+        self._skipped = set()
+        self._scanned_at = float("-inf")
+
     def is_skipped(self, name: str) -> bool:
         """Whether `name` is still being skipped (it stays until a rescan no longer sees it)."""
         return hash(name) in self._skipped

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from jobs import fate, files, incoming, run_folder, sweep, view, waiting
+from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
 from jobs.config import TMP_AGE
@@ -49,6 +50,7 @@ from jobs.job import (
     scheduled_name,
 )
 from jobs.lease import Liveness, Owner
+from jobs.pause import NOT_PAUSED, Paused
 from jobs.policy import Functions, Policy
 from jobs.submit import Call, Publisher, Submitter
 from jobs.view import OwnerFolder
@@ -202,14 +204,17 @@ class Queue:
         """Return the jobs in `claimed/OWNER/` that the owner holds no run of; how many moved."""
         return self._claimer.return_unheld(owner, held, _now(now), functions)
 
-    def claim(self, owner: str, now: float | None = None, functions: Functions | None = None) -> Claim | None:
+    def claim(
+        self, owner: str, now: float | None = None, functions: Functions | None = None, paused: Paused = NOT_PAUSED
+    ) -> Claim | None:
         """Claim the next ready job for `owner` and count its attempt; None if none is ready.
 
         With `functions`, only a job this claimer can run: any other is given back as it was
         (no attempt used) and not looked at again by this queue object; its policy comes from
         `functions`' registration. Without, every job is claimed and resolved without one.
+        A job of a `paused` function is given back too, until `index.forget_skips()`.
         """
-        return self._claimer.claim(owner, _now(now), functions)
+        return self._claimer.claim(owner, _now(now), functions, paused)
 
     def claim_state(self, claim: Claim) -> tuple[bool, bool]:
         """Whether the claimed job is still where its claim put it, and whether an operator
@@ -452,6 +457,23 @@ class Queue:
         except FileNotFoundError:
             return None
         return found.st_ino, found.st_mtime_ns
+
+    def pause(self, functions: Iterable[str] | None = None) -> Paused:
+        """Stop every manager of the queue from starting its jobs (those of `functions`, or
+        all); running jobs finish. Return what is paused now."""
+        paused = pause_file.paused_more(self.paused(), functions)
+        pause_file.write(self.folder.root, paused, self.folder.file_mode)
+        return paused
+
+    def resume(self, functions: Iterable[str] | None = None) -> Paused:
+        """Undo `pause` (for `functions`, or all); return what stays paused."""
+        paused = pause_file.paused_less(self.paused(), functions)
+        pause_file.write(self.folder.root, paused, self.folder.file_mode)
+        return paused
+
+    def paused(self) -> Paused:
+        """What is paused now (see `jobs.pause`)."""
+        return pause_file.read(self.folder.root)
 
     def cancel(self, job_id: str, now: float | None = None) -> State:
         """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is

@@ -28,8 +28,9 @@ import signal
 import time
 from enum import Enum
 
-from jobs import Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
+from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
 from supervisor import forking, logfiles, sweeper
+from supervisor.budget import Budget
 from supervisor.children import Children
 from supervisor.errors import Stalled
 from supervisor.health import StoreHealth
@@ -90,6 +91,8 @@ class Manager:
         )
         self.leftovers = Leftovers(self.queue, self.functions, options.horizon, self.health)
         self.notifier = Notifier()  # systemd's Type=notify, when it asked
+        self.budget = Budget(options.max_jobs, options.max_runtime)
+        self.paused = NOT_PAUSED  # `forkvisor pause`: read at each poll and when the file changes
         self._take_in_due = True  # members' submissions may wait in incoming/
         self._replaced: QueueReplaced | None = None  # the queue's folders changed under us: drain, then fail
         self._title = ""
@@ -127,6 +130,7 @@ class Manager:
             raise
         forking.become_subreaper()
         self.phase = Phase.SERVING
+        self.budget.start(time.monotonic())
         self.sweeper.keep(time.monotonic(), self.wakeups.fds)
         self._set_title()
         self.notifier.ready(self._status_text())
@@ -217,6 +221,8 @@ class Manager:
         self._keep_lease(now)
         self._keep_sweeper(now)
         self._start_jobs()
+        if (spent := self.budget.spent(time.monotonic())) is not None:
+            self.request_drain(spent)
         self._set_title()
         self.notifier.tick(now)
 
@@ -228,6 +234,7 @@ class Manager:
             self.children.next_deadline(now),
             self.outcomes.next_deadline(now),
             self.notifier.next_deadline(),
+            self.budget.ends_at if self.phase is Phase.SERVING else float("inf"),
         )
         if self.sweeper.pid is None and self.phase is not Phase.STOPPING:
             soonest = min(soonest, self.sweeper.restart_at)
@@ -257,6 +264,8 @@ class Manager:
         if woken.poll:
             self._check_folders()
             self._reload_settings()
+        if woken.poll or woken.pause:
+            self._check_pause()
         if woken.drain:
             self.request_drain("drain file in the queue")
 
@@ -279,6 +288,20 @@ class Manager:
                 log.info("queue settings changed: %s", self.queue.stored_settings)
         except (OSError, JobsError) as exc:
             log.error("cannot read the settings of %s: %s; keeping the ones read before", self.queue.path, exc)
+
+    def _check_pause(self) -> None:
+        """Take in `forkvisor pause` and `resume`: what is paused is not claimed (running jobs go on)."""
+        try:
+            paused = self.queue.paused()
+        except OSError as exc:  # keep what was known; the next poll looks again
+            log.error("cannot read the pause state of %s: %s", self.queue.path, exc)
+            return
+        if paused == self.paused:
+            return
+        if any(not paused.covers(f) for f in self.paused.functions) or (self.paused.all and not paused.all):
+            self.queue.index.forget_skips()  # what was resumed is claimable again
+        log.info("paused: %s", paused.describe() if paused else "nothing (resumed)")
+        self.paused = paused
 
     def _reap(self) -> None:
         for running, status in self.children.reaped():
@@ -330,9 +353,9 @@ class Manager:
     # -- starting jobs -------------------------------------------------------------
 
     def _can_start_more(self, now: float) -> bool:
-        if self.phase is not Phase.SERVING or self.outcomes.holding:  # (holding: a cancel may be under way)
-            return False
-        return self.tenancy.registered and self.children.has_room(now)
+        if self.phase is not Phase.SERVING or self.outcomes.holding or self.paused.all:
+            return False  # (holding: a cancel may be under way)
+        return self.tenancy.registered and self.children.has_room(now) and self.budget.allows_another()
 
     def _start_jobs(self) -> None:
         while self._can_start_more(time.monotonic()):
@@ -340,10 +363,11 @@ class Manager:
             if claim is None:
                 return
             self.launcher.launch(claim, self.children, self.outcomes, self.wakeups.fds)
+            self.budget.started_one()
 
     def _claim_next(self) -> Claim | None:
         try:
-            claim = self.queue.claim(self.tenancy.name, functions=self.functions)
+            claim = self.queue.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
             if claim is not None:
                 self.health.worked()
             return claim
@@ -365,7 +389,7 @@ class Manager:
 
     def _set_title(self) -> None:
         """Show how busy the manager is in `ps`; only when that changed, since it runs every turn."""
-        state = " draining" if self.draining else ""
+        state = " draining" if self.draining else " paused" if self.paused else ""
         title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
         if title != self._title:
             set_title(Role.MANAGER, title)

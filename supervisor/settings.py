@@ -30,11 +30,17 @@ class Settings:
     retention: float | None = QUEUE_DEFAULTS["retention"]  # purge done jobs older than this (the queue's)
     commands: bool = True  # run command jobs (see `jobs.command`)
     stall_timeout: float = 60.0  # --burst gives up when the store has failed this long without a success
+    max_jobs: int | None = None  # drain and exit 0 once this many jobs were started
+    max_runtime: float | None = None  # drain and exit 0 after serving this long
     run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
 
     def __post_init__(self) -> None:
         if not self.sweep_interval:
             object.__setattr__(self, "sweep_interval", min(5.0, self.lease / 6))
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ConfigError(f"max_jobs must be at least 1, got {self.max_jobs}")
+        if self.max_runtime is not None and self.max_runtime <= 0:
+            raise ConfigError(f"max_runtime must be greater than 0, got {self.max_runtime}")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll", "stall_timeout"):

@@ -74,6 +74,7 @@ class Snapshot:
     running: list[RunningJob]
     oldest_ready_age: float | None  # seconds since the longest-waiting ready job was enqueued
     unserved: Unserved
+    paused: str  # what `forkvisor pause` paused ("" for nothing)
 
     def to_json(self) -> dict[str, Any]:
         document = asdict(self)
@@ -92,7 +93,11 @@ def take(queue: Queue) -> Snapshot:
         managers.append(_manager_info(found, found.owner, now))
         running += _running_jobs(queue, found, found.owner, now, served)
     unserved = _unserved(queue, folders, served, now)
-    return Snapshot(str(queue.path), queue.counts(), managers, running, queue.oldest_ready_age(now), unserved)
+    paused = queue.paused()
+    oldest = queue.oldest_ready_age(now)
+    return Snapshot(
+        str(queue.path), queue.counts(), managers, running, oldest, unserved, paused.describe() if paused else ""
+    )
 
 
 def _unserved(queue: Queue, folders: list[OwnerFolder], served: dict[str, Any], now: float) -> Unserved:

@@ -17,7 +17,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from jobs import DRAIN_FILE, Queue, State
+from jobs import DRAIN_FILE, PAUSE_FILE, Queue, State
 from supervisor.signals import SignalPipe
 from supervisor.watch import Watch, open_watch
 
@@ -29,7 +29,7 @@ class Wakeup:
     twice per job, and every object it makes is a page the manager may write after a
     fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    __slots__ = ("drain", "incoming", "missed", "poll", "ready", "signals")
+    __slots__ = ("drain", "incoming", "missed", "pause", "poll", "ready", "signals")
 
     def __init__(self) -> None:
         self.reset()
@@ -40,6 +40,7 @@ class Wakeup:
         self.missed = False  # the kernel dropped events: ready/ must be scanned
         self.incoming = False  # members' submissions may wait in incoming/
         self.drain = False  # a new drain request stands in the queue folder
+        self.pause = False  # the queue's pause file changed
         self.poll = False  # time for the safety net: look at everything
 
 
@@ -115,6 +116,8 @@ class Wakeups:
                 found.incoming = True
             elif name == DRAIN_FILE:
                 found.drain = found.drain or self.drain_requested()
+            elif name == PAUSE_FILE:
+                found.pause = True
 
     def drain_requested(self) -> bool:
         """Whether a drain file stands that was not there (as it is now) at the start."""

@@ -55,6 +55,13 @@ def add_commands(commands: Commands[Parser]) -> None:
     settings.add_argument("--json", action="store_true")
 
     add_queue(add_command(commands, "drain", _drain, "ask every manager of the queue, on any host, to drain"))
+    for name, action, what in (
+        ("pause", _pause, "every manager, on any host, starts no job of the queue (or of --function) until resumed"),
+        ("resume", _resume, "undo pause (for --function, or everything)"),
+    ):
+        command = add_command(commands, name, action, what)
+        add_queue(command)
+        command.add_argument("--function", action="append", metavar="F", help="only this function's jobs (repeatable)")
 
     retry = add_command(commands, "retry", _retry, "send dead jobs back to ready/ with fresh attempts")
     add_queue(retry)
@@ -149,6 +156,20 @@ def _drain(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     queue.request_drain()
     print(f"asked every manager of {queue.path} to drain")
+    return 0
+
+
+def _pause(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    paused = queue.pause(args.function)
+    print(f"paused in {queue.path}: {paused.describe()} (running jobs finish; `forkvisor resume` undoes it)")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    queue = open_queue(args)
+    paused = queue.resume(args.function)
+    print(f"still paused in {queue.path}: {paused.describe()}" if paused else f"nothing is paused in {queue.path}")
     return 0
 
 

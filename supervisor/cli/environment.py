@@ -55,6 +55,8 @@ RUN: dict[str, Callable[[str], Any]] = {
     "poll_interval": positive_duration,
     "retention": positive_duration,
     "stall_timeout": positive_duration,
+    "max_runtime": positive_duration,
+    "max_jobs": _positive_int,
     "no_durable": _flag,
     "user": str,
     "run_as_submitter": _flag,

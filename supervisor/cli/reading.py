@@ -86,7 +86,10 @@ def _status(args: argparse.Namespace) -> int:
 def _status_text(taken: snapshot.Snapshot) -> str:
     counts = "  ".join(f"{name} {number}" for name, number in taken.counts.items())
     waiting = "none ready" if taken.oldest_ready_age is None else ago(taken.oldest_ready_age)
-    lines = [f"queue {taken.queue}", counts, f"oldest ready job waiting: {waiting}", ""]
+    lines = [f"queue {taken.queue}", counts, f"oldest ready job waiting: {waiting}"]
+    if taken.paused:
+        lines.append(f"PAUSED: {safe(taken.paused)} (`forkvisor resume` undoes it)")
+    lines.append("")
     lines.append(f"managers ({len(taken.managers)}):" if taken.managers else "managers: none")
     for manager in taken.managers:
         state_note = " reaping" if manager.reaping else (" DEAD" if manager.alive is False else "")

@@ -39,6 +39,7 @@ TIMING = {  # the manager's durations; their defaults are `Settings`' (see super
     "--poll-interval": "safety-net rescan of the queue",
     "--retention": "purge done jobs older than this",
     "--stall-timeout": "--burst gives up after failing this long",
+    "--max-runtime": "drain and exit 0 after serving this long",
 }
 
 
@@ -55,6 +56,7 @@ def _add_run(commands: Commands[Parser]) -> None:
     add_app(run, "the registry of functions jobs may call (none: command jobs only)")
     run.add_argument("--concurrency", "-c", type=int, help=f"children at once ({default('concurrency')})")
     run.add_argument("--burst", action="store_true", help="exit once nothing is ready, claimed or due soon")
+    run.add_argument("--max-jobs", type=int, metavar="N", help="drain and exit 0 once N jobs were started")
     run.add_argument(
         "--commands",
         action=argparse.BooleanOptionalAction,
@@ -63,7 +65,7 @@ def _add_run(commands: Commands[Parser]) -> None:
     timing = run.add_argument_group("timing (durations: 90, 30s, 5m, 2h, 7d)")
     for option, what in TIMING.items():
         name = option.removeprefix("--").replace("-", "_")
-        shown = "queue's" if name in ("lease", "retention") else _shown(default(name))
+        shown = "queue's" if name in ("lease", "retention") else _shown(default(name) or "no limit")
         timing.add_argument(option, type=positive_duration, help=f"{what} ({shown})")
     run.add_argument("--no-durable", action="store_true", help="skip fsync (survives crashes, not power loss)")
     run.add_argument(
@@ -87,7 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         privileges.become(args.user)  # first: nothing is read, imported or forked as root
     registry = load_app(args.app, args.path) if args.app else None
     queue = Queue(args.queue, create=False, durable=not args.no_durable)
-    given = {name: getattr(args, name) for name in ("concurrency", *(o[2:].replace("-", "_") for o in TIMING))}
+    timing = (option[2:].replace("-", "_") for option in TIMING)
+    given = {name: getattr(args, name) for name in ("concurrency", "max_jobs", *timing)}
     given.update(commands=args.commands, run_as_submitter=args.run_as_submitter or None)
     manager = Manager(queue, registry, **{name: value for name, value in given.items() if value is not None})
     return manager.run(burst=args.burst)

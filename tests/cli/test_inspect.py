@@ -63,7 +63,8 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
 
 def test_status_of_a_queue_without_managers(finished: Finished) -> None:
     taken = ok("status", finished.queue, "--json").json()
-    assert set(taken) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved"}
+    assert set(taken) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved", "paused"}
+    assert taken["paused"] == ""
     assert taken["unserved"] == {"checked": 1, "functions": {"sample.nap": 1}, "known": True, "count": 1}
     assert taken["queue"] == str(finished.queue)
     assert taken["counts"] == {"incoming": 0, "ready": 1, "scheduled": 1, "claimed": 0, "done": 3, "dead": 2}
@@ -143,7 +144,7 @@ def test_status_watch_json_prints_one_document_per_refresh(procs: Processes, tmp
     watcher.send_signal(signal.SIGINT)
     assert procs.wait_exit(watcher, 20, "status --watch after Ctrl-C") == 130, procs.log(watcher)
     for document in documents():
-        assert set(document) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved"}
+        assert set(document) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved", "paused"}
     assert documents()[0]["counts"]["ready"] == 0
     assert "Traceback" not in procs.log(watcher)
 

@@ -236,7 +236,8 @@ def test_manager_whose_queue_is_deleted_says_so_and_stops(procs: Processes, tmp_
     queue = Queue(tmp_path / "queue")
     with cli_manager(procs, queue, "--app", FAULT_APP) as manager:
         registered(queue)
-        shutil.rmtree(queue.path)
+        gone = queue.path.rename(tmp_path / "deleted")  # at once: the manager may write in it meanwhile
+        shutil.rmtree(gone, ignore_errors=True)
         again = Queue(queue.path)
         job_id = again.enqueue("fault.ok", "in the new queue")
         manager.wait(timeout=30)

@@ -87,6 +87,7 @@ def test_a_member_cannot_claim_to_be_someone_else(procs: Processes, shared_queue
         ("widen queue.json", 'printf \'{"kind": "forkvisor-queue", "version": 1, "shared": false}\' > {q}/queue.json'),
         ("replace queue.json", "cp {q}/queue.json /tmp/fv-q.json && mv -f /tmp/fv-q.json {q}/queue.json"),
         ("drain the fleet", "touch {q}/drain"),
+        ("pause the fleet", "printf '{\"all\": true}' > {q}/paused"),
         ("swap ready/ for a link", "mv {q}/ready {q}/ready.old && ln -s /root {q}/ready"),
         ("plant a job in ready/", "mkdir {q}/ready/100.20261124-000000-000000-00000000"),
         ("write the owner's tmp/", "mkdir {q}/tmp/x"),
@@ -99,12 +100,13 @@ def test_a_member_cannot_change_what_runs_nor_stop_the_fleet(shared_queue: Path,
     assert "Permission denied" in done.stderr or "Operation not permitted" in done.stderr, done.stderr
     assert (shared_queue / "queue.json").read_bytes() == before
     assert not (shared_queue / "drain").exists()
+    assert not (shared_queue / "paused").exists()
     assert (shared_queue / "ready").is_dir()
     assert not (shared_queue / "ready").is_symlink()
 
 
 def test_the_cli_refuses_a_member_what_only_the_owner_may(shared_queue: Path) -> None:
-    for args in (("drain", shared_queue), ("config", shared_queue, "max_attempts", "9")):
+    for args in (("drain", shared_queue), ("pause", shared_queue), ("config", shared_queue, "max_attempts", "9")):
         done = run_as(BOB, *args)
         assert done.returncode == 111, done
         assert done.stderr.count("\n") == 1, done.stderr
