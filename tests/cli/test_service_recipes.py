@@ -41,3 +41,14 @@ def test_the_unit_drains_and_lets_the_drain_finish() -> None:
     drain = float(default("drain_timeout")) + float(default("kill_grace"))  # type: ignore[arg-type]
     assert parse_duration(service["TimeoutStopSec"]) > drain
     assert service["Restart"] == "on-failure"
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "examples" / "slurm").glob("*.sbatch")), ids=lambda path: path.name)
+def test_a_slurm_script_execs_a_manager_that_drains_before_killwait(script: Path) -> None:
+    """The batch shell must not stand between Slurm and the manager (see the README)."""
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    command = script.read_text().replace("\\\n", " ")
+    [line] = [line for line in command.splitlines() if line.lstrip().startswith("exec forkvisor run")]
+    words = line.split("#")[0].split()
+    drain = parse_duration(words[words.index("--drain-timeout") + 1])
+    assert drain < 120, "longer than the KillWait a cluster may have, or than --signal's 120 s warning"
