@@ -183,4 +183,6 @@ def describe(claim: Claim) -> str:
 def _verdict(running: Running, status: forking.ExitStatus) -> str:
     if harvest.is_success(running, status):
         return "succeeded"
+    if running.released:
+        return f"released ({status.describe()} by a drain; attempt not counted)"
     return f"failed ({running.stopped.value if running.stopped else status.describe()})"
