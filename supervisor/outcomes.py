@@ -41,12 +41,12 @@ class Outcomes:
         self.health = health
         self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
         self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
-        self._held: list[tuple[Running, forking.ExitStatus, float]] = []  # killed from outside: until when
+        self._held: list[tuple[Running, forking.ExitStatus, float, float]] = []  # killed from outside: until, ended
 
     def held(self) -> set[str]:
         """Jobs whose harvest waits to be recorded: still claimed by this manager."""
-        waiting = [*self._stranded, *self._held]
-        return {entry[0].claim.job_id for entry in waiting}
+        stranded = {running.claim.job_id for running, *_ in self._stranded}
+        return stranded | {running.claim.job_id for running, *_ in self._held}
 
     @property
     def holding(self) -> bool:
@@ -66,16 +66,16 @@ class Outcomes:
                     status.describe(),
                     CANCEL_WINDOW,
                 )
-                self._held.append((running, status, time.monotonic() + CANCEL_WINDOW))
+                self._held.append((running, status, time.monotonic() + CANCEL_WINDOW, time.time()))
                 return
-        self._harvest(running, status)
+        self._harvest(running, status, time.time())
 
     def release_held(self) -> None:
         """The manager drains: the children killed from outside were a cancel's; release them."""
         held, self._held = self._held, []
-        for running, status, _ in held:
+        for running, status, _, ended in held:
             running.stopped = Stop.DRAIN
-            self._harvest(running, status)
+            self._harvest(running, status, ended)
 
     def judge_held(self, now: float) -> None:
         """No drain followed within the window: those children failed their attempt."""
@@ -83,10 +83,10 @@ class Outcomes:
             return
         due = [entry for entry in self._held if entry[2] <= now]
         self._held = [entry for entry in self._held if entry[2] > now]
-        for running, status, _ in due:
-            self._harvest(running, status)
+        for running, status, _, ended in due:
+            self._harvest(running, status, ended)
 
-    def _harvest(self, running: Running, status: forking.ExitStatus) -> None:
+    def _harvest(self, running: Running, status: forking.ExitStatus, ended: float) -> None:
         claim = running.claim
         if running.lost:
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
@@ -95,7 +95,7 @@ class Outcomes:
             except OSError as exc:  # the note is only informative
                 log.error("cannot note the lost claim in job %s: %s", claim.job_id, exc)
             return
-        outcome = harvest.outcome_of(running, status, time.time())
+        outcome = harvest.outcome_of(running, status, ended)
         if not self._record(running, status, outcome, report=True):
             self._stranded.append((running, status, outcome))
         elif log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
@@ -120,7 +120,7 @@ class Outcomes:
 
     def next_deadline(self, now: float) -> float:
         """When the next retry is due or a held child is judged (on the monotonic clock of `now`)."""
-        soonest = min((until for _, _, until in self._held), default=float("inf"))
+        soonest = min((entry[2] for entry in self._held), default=float("inf"))
         if not self._retries:
             return soonest
         return min(soonest, now + max(0.0, self._retries[0][0] - time.time()))
