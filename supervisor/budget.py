@@ -13,6 +13,7 @@ class Budget:
     def __init__(self, max_jobs: int | None, max_runtime: float | None) -> None:
         self.jobs_left = max_jobs
         self.max_runtime = max_runtime
+        self.limited = max_jobs is not None or max_runtime is not None
         self.ends_at = float("inf")
 
     def start(self, now: float) -> None:

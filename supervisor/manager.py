@@ -46,6 +46,7 @@ from supervisor.wakeups import Wakeup, Wakeups
 
 log = logging.getLogger(__name__)
 TAKE_IN_PER_TURN = 64
+TITLE_EVERY = 1.0  # seconds between two updates of the busy count in the title
 
 __all__ = ["Manager", "Phase", "Settings"]
 
@@ -96,6 +97,8 @@ class Manager:
         self._take_in_due = True  # members' submissions may wait in incoming/
         self._replaced: QueueReplaced | None = None  # the queue's folders changed under us: drain, then fail
         self._title = ""
+        self._title_state = ""
+        self._next_title = 0.0
         self._title_prefix = f"forkvisor: manager {self.queue.path}"
 
     @property
@@ -221,10 +224,11 @@ class Manager:
         self._keep_lease(now)
         self._keep_sweeper(now)
         self._start_jobs()
-        if (spent := self.budget.spent(time.monotonic())) is not None:
+        if self.budget.limited and (spent := self.budget.spent(time.monotonic())) is not None:
             self.request_drain(spent)
-        self._set_title()
-        self.notifier.tick(now)
+        self._set_title(now)
+        if self.notifier.enabled:  # (checked here: every call on the loop's path costs, see PERFORMANCE.md)
+            self.notifier.tick(now)
 
     def _wait_time(self, now: float, timeout: float | None) -> float:
         """Until the earliest deadline of any part (`timeout` at most)."""
@@ -233,9 +237,10 @@ class Manager:
             self.tenancy.next_heartbeat,
             self.children.next_deadline(now),
             self.outcomes.next_deadline(now),
-            self.notifier.next_deadline(),
             self.budget.ends_at if self.phase is Phase.SERVING else float("inf"),
         )
+        if self.notifier.enabled:
+            soonest = min(soonest, self.notifier.next_deadline())
         if self.sweeper.pid is None and self.phase is not Phase.STOPPING:
             soonest = min(soonest, self.sweeper.restart_at)
         if (self.queue.more_to_examine and self._can_start_more(now)) or (self._take_in_due and not self.draining):
@@ -387,13 +392,18 @@ class Manager:
         jobs = ", ".join(f"{r.claim.job_id} pid {r.pid}" for r in self.running.values()) or "none"
         return f"{len(self.running)}/{self.settings.concurrency} busy, {self.phase.value}, running: {jobs}"
 
-    def _set_title(self) -> None:
-        """Show how busy the manager is in `ps`; only when that changed, since it runs every turn."""
+    def _set_title(self, now: float | None = None) -> None:
+        """Show in `ps` how busy the manager is. A change of state (draining, paused) shows at
+        once; the busy count at most once a second, at the turn of the loop `now` is: setting
+        a title writes a page the jobs' children share (a copy-on-write fault each time)."""
         state = " draining" if self.draining else " paused" if self.paused else ""
+        if state == self._title_state and now is not None and now < self._next_title:
+            return
         title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
         if title != self._title:
             set_title(Role.MANAGER, title)
-            self._title = title
+            self._title, self._title_state = title, state
+            self._next_title = (now or time.monotonic()) + TITLE_EVERY
             self.notifier.status_changed(self._status_text)
 
     def _status_text(self) -> str:

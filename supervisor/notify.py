@@ -29,15 +29,12 @@ class Notifier:
     def __init__(self, environ: MutableMapping[str, str] = os.environ) -> None:
         address = environ.pop("NOTIFY_SOCKET", "")
         self.address = "\0" + address[1:] if address.startswith("@") else address
+        self.enabled = bool(self.address)
         self.watchdog = _watchdog_interval(environ.pop("WATCHDOG_USEC", ""), environ.pop("WATCHDOG_PID", ""))
         self.next_ping = 0.0 if self.watchdog else float("inf")
         self._status: Callable[[], str] | None = None  # how to say it, once it may have changed
         self._next_status = 0.0
         self._failed = False
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.address)
 
     def ready(self, status: str) -> None:
         self._send(f"READY=1\nMAINPID={os.getpid()}\nSTATUS={status}")

@@ -27,7 +27,10 @@ class Role(enum.Enum):
     JOB = "fv-job"  # a Python job's child; a command job takes its program's name when it execs
 
 
+_NAMES = {role: role.value.encode() for role in Role}
+
+
 def set_title(role: Role, title: str) -> None:
     """Show `title` in `ps -f` and `role`'s short name in `/proc/PID/comm`."""
     setproctitle(title)
-    _libc.prctl(_PR_SET_NAME, role.value.encode(), 0, 0, 0)
+    _libc.prctl(_PR_SET_NAME, _NAMES[role], 0, 0, 0)
