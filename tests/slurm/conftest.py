@@ -1,9 +1,10 @@
 """A real one-node Slurm for the deployment tests (issue 19), in the test's
 temporary folder: munged (started if none answers), `slurmctld -D` and
-`slurmd -D` on free ports with a private slurm.conf passed as SLURM_CONF
-(nothing is written to /etc), `proctrack/linuxproc`, no accounting. Skipped,
-saying why, where Slurm is not installed (apt: slurmctld slurmd slurm-client
-munge) or the tests do not run as root.
+`slurmd -D` on free ports with a private slurm.conf and cgroup.conf (found through
+SLURM_CONF; nothing is written to /etc), no accounting; once with
+`proctrack/linuxproc`, once with `proctrack/cgroup` (cgroup v1). Skipped, saying
+why, where Slurm is not installed (apt: slurmctld slurmd slurm-client munge), the
+tests do not run as root, or (for cgroup) there is no cgroup v1 freezer.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Cluster:
         return out.split()
 
 
-def _config(folder: Path, node: str) -> str:
+def _config(folder: Path, node: str, proctrack: str) -> str:
     control, daemon = _free_ports(2)
     return f"""ClusterName=fvtest
 SlurmctldHost={node}(127.0.0.1)
@@ -87,7 +88,7 @@ SlurmctldPidFile={folder}/slurmctld.pid
 SlurmdPidFile={folder}/slurmd.pid
 SlurmctldLogFile={folder}/slurmctld.log
 SlurmdLogFile={folder}/slurmd.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/{proctrack}
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
@@ -103,17 +104,25 @@ PartitionName=main Nodes={node} Default=YES MaxTime=INFINITE State=UP
 """
 
 
-@pytest.fixture
-def slurm(tmp_path: Path) -> Iterator[Cluster]:
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.fixture(params=["linuxproc", "cgroup"])
+def slurm(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A cluster tracking processes by their parentage (linuxproc) or by cgroup (v1)."""
     why = _why_no_slurm()
     if why:
         pytest.skip(why)
+    proctrack = request.param
+    if proctrack == "cgroup" and not FREEZER.is_dir():
+        pytest.skip("proctrack/cgroup needs the cgroup v1 freezer (/sys/fs/cgroup/freezer)")
     _start_munged()
     folder = tmp_path / "slurm"
     for sub in ("state", "spool", "logs"):
         (folder / sub).mkdir(parents=True)
     node = socket.gethostname().split(".")[0]
-    (folder / "slurm.conf").write_text(_config(folder, node))
+    (folder / "slurm.conf").write_text(_config(folder, node, proctrack))
+    (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupAutomount=no\n")
     environment = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
     daemons = [
         _start(["slurmctld", "-D"], folder / "slurmctld.out", environment),
@@ -125,6 +134,16 @@ def slurm(tmp_path: Path) -> Iterator[Cluster]:
         yield cluster
     finally:
         _stop(cluster, daemons)
+        _remove_tree(FREEZER / f"slurm_{node}")  # Slurm leaves its freezer cgroup behind
+
+
+def _remove_tree(cgroup: Path) -> None:
+    """Remove an empty cgroup and its children, deepest first (cgroups are removed with rmdir)."""
+    if not cgroup.is_dir():
+        return
+    for child in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        child.rmdir()
+    cgroup.rmdir()
 
 
 def _stop(cluster: Cluster, daemons: list[subprocess.Popen[bytes]]) -> None:
