@@ -4,16 +4,19 @@ Each turn of the loop waits for something to happen (`wakeups`: a signal or a
 child's exit, a new job, a drain request, or the next deadline of any part) and
 then runs the same named steps:
 
-    _on_signals     SIGTERM/SIGINT drain (a second one stops now), SIGUSR1 logs status
+    _on_signals     SIGTERM/SIGINT drain (a second one stops now), SIGUSR1 logs status,
+                    SIGHUP reopens the log file
     _on_queue       new ready names to the claim index; at each poll, check the folders,
-                    the drain request and the settings
+                    the drain request, the settings and the pause
     _take_in        members' submissions from incoming/
-    _reap           wait4 every exited child; record its outcome, move the job on (`outcomes`)
-    _enforce        timeouts, memory limits, the drain deadline (`children`)
+    _reap           wait4 every exited child; record its outcome, move the job on
+                    (`outcomes`; a child killed from outside waits out the cancel window)
+    enforce         timeouts, memory limits, the drain deadline (`children`)
     _keep_lease     heartbeat; return claims no child holds; stop children whose claim a
                     sweeper took back or an operator cancelled (`tenancy`)
     _keep_sweeper   restart the lease-sweeper child if it died (with back-off)
-    _start_jobs     claim and fork while there are free slots
+    _start_jobs     claim and fork while there are free slots (and the budget allows)
+    title, notify   what `ps` and systemd show
 
 Each part owns its state and says when it next has something to do; the wait
 lasts until the earliest. `step()` runs one turn, so a test can drive the manager
