@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from jobs import Functions, JobsError, Queue
+from jobs import NOT_PAUSED, Functions, JobsError, Paused, Queue
 from supervisor.health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,14 @@ class Leftovers:
                 ", ".join(self.functions) or "nothing: start it with --app",
             )
 
-    def nothing_left(self) -> bool:
-        """For --burst: nothing claimed anywhere, nothing ready that this manager can run,
-        nothing scheduled within the horizon. A queue it cannot look at counts as not empty."""
+    def nothing_left(self, paused: Paused = NOT_PAUSED) -> bool:
+        """For --burst: nothing claimed anywhere, nothing ready that this manager can run (a
+        paused job is not: its claims gave it back, or nothing is claimed at all), nothing
+        scheduled within the horizon. A queue it cannot look at counts as not empty."""
         try:
             counts = self.queue.counts()
-            if counts["claimed"] or counts["incoming"] or (counts["ready"] and self.queue.has_claimable()):
+            claimable = counts["ready"] and not paused.all and self.queue.has_claimable()
+            if counts["claimed"] or counts["incoming"] or claimable:
                 return False  # (members' submissions are taken in first: they may be this manager's to run)
             if not counts["scheduled"]:
                 return True
@@ -55,8 +57,10 @@ class Leftovers:
             log.error("cannot tell whether %s has work left: %s", self.queue.path, exc)
             return False
 
-    def say_what_is_left(self) -> None:
+    def say_what_is_left(self, paused: Paused = NOT_PAUSED) -> None:
         """At the end of a burst."""
+        if paused:
+            log.info("left the paused jobs ready (paused: %s)", paused.describe())
         if self.scheduled:
             log.info("left %d job(s) scheduled beyond the %gs horizon", self.scheduled, self.horizon)
         if self.queue.left_for_others:

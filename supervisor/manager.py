@@ -159,7 +159,7 @@ class Manager:
                 f"failed: {self.health.last_failure}; jobs not finished stay where they are for the next manager"
             )
         if burst:
-            self.leftovers.say_what_is_left()
+            self.leftovers.say_what_is_left(self.paused)
         return 0
 
     def finished(self, burst: bool) -> bool:
@@ -167,7 +167,7 @@ class Manager:
             return False
         if self.phase is not Phase.SERVING:
             return True
-        return burst and (self.health.stalled(self.settings.stall_timeout) or self.leftovers.nothing_left())
+        return burst and (self.health.stalled(self.settings.stall_timeout) or self.leftovers.nothing_left(self.paused))
 
     def close(self) -> None:
         """Stop the sweeper, release what is still running, retire the owner folder."""

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from jobs import State
-from tests.cli.conftest import FAST_RUN, cli, counts, enqueue, job, new_queue, ok, refused, stop_manager
+from tests.cli.conftest import FAST_RUN, burst, cli, counts, enqueue, job, new_queue, ok, refused, stop_manager
 from tests.processes import APP, APP_PATH, Processes, wait_until
 
 
@@ -54,3 +54,13 @@ def test_resuming_one_function_of_a_whole_pause_is_refused(tmp_path: Path) -> No
     queue = new_queue(tmp_path / "queue")
     ok("pause", queue)
     refused(cli("resume", queue, "--function", "sample.ok"), 2, "everything is paused")
+
+
+def test_a_burst_manager_leaves_a_paused_queue_as_it_is(tmp_path: Path) -> None:
+    queue = new_queue(tmp_path / "queue")
+    waiting = enqueue(queue, "sample.ok")
+    ok("pause", queue)
+    result = burst(queue)  # exits 0: nothing it may run is left
+    assert "left the paused jobs ready" in result.err, result
+    assert job(queue, waiting).state is State.READY
+    assert job(queue, waiting).attempts == 0
