@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -49,12 +50,29 @@ def _munge_answers() -> bool:
     return encoded.returncode == 0
 
 
-def _start_munged() -> None:
+@pytest.fixture(scope="module")
+def munged() -> Iterator[None]:
+    """The munge daemon Slurm authenticates with: the one that answers, or one started
+    here and stopped when this module's tests end (later tests must not find it as a
+    leftover child of this process)."""
+    why = _why_no_slurm()
+    if why:
+        pytest.skip(why)
     if _munge_answers():
+        yield
         return
     subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "/run/munge"], check=True)
-    subprocess.Popen(["runuser", "-u", "munge", "--", "munged", "-F"], start_new_session=True)
-    wait_until(_munge_answers, 10, "munged answered")
+    daemon = subprocess.Popen(["runuser", "-u", "munge", "--", "munged", "-F"], start_new_session=True)
+    try:
+        wait_until(_munge_answers, 10, "munged answered")
+        yield
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)  # runuser and munged
+        try:
+            daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(timeout=10)
 
 
 @dataclass(frozen=True)
@@ -108,15 +126,11 @@ FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
 @pytest.fixture(params=["linuxproc", "cgroup"])
-def slurm(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def slurm(tmp_path: Path, request: pytest.FixtureRequest, munged: None) -> Iterator[Cluster]:
     """A cluster tracking processes by their parentage (linuxproc) or by cgroup (v1)."""
-    why = _why_no_slurm()
-    if why:
-        pytest.skip(why)
     proctrack = request.param
     if proctrack == "cgroup" and not FREEZER.is_dir():
         pytest.skip("proctrack/cgroup needs the cgroup v1 freezer (/sys/fs/cgroup/freezer)")
-    _start_munged()
     folder = tmp_path / "slurm"
     for sub in ("state", "spool", "logs"):
         (folder / sub).mkdir(parents=True)
