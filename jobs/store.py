@@ -80,6 +80,12 @@ class Queue:
         return self.folder.state_dir(state)
 
     @property
+    def identity(self) -> tuple[int, int]:
+        """The folder opened (device, inode): two paths to one queue (a link, `..`) have the same."""
+        found = os.fstat(self.folder.root.fd)
+        return found.st_dev, found.st_ino
+
+    @property
     def shared(self) -> bool:
         """A queue whose group may submit (see docs/SECURITY.md)."""
         return self.folder.shared

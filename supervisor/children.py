@@ -40,19 +40,24 @@ class Children:
         """A free slot, and no recent fork failure to wait out."""
         return len(self.running) < self.concurrency and self.forks.due(now)
 
-    def held(self) -> set[str]:
-        return {running.claim.job_id for running in self.running.values()}
+    def of(self, queue: int) -> Iterator[Running]:
+        """The children running jobs of the manager's `queue`-th queue."""
+        return (running for running in self.running.values() if running.queue == queue)
 
-    def start(self, claim: Claim, body: Callable[[], int], close_fds: Iterable[int]) -> int:
-        """Fork the child that runs `body`; OSError if the host cannot (EAGAIN, ENOMEM): the
-        job is fine, the caller puts it back, and the next fork waits (see `forks`)."""
+    def held(self, queue: int) -> set[str]:
+        return {running.claim.job_id for running in self.of(queue)}
+
+    def start(self, claim: Claim, body: Callable[[], int], close_fds: Iterable[int], queue: int = 0) -> int:
+        """Fork the child that runs `body` (a job of the manager's `queue`-th queue); OSError if
+        the host cannot (EAGAIN, ENOMEM): the job is fine, the caller puts it back, and the
+        next fork waits (see `forks`)."""
         try:
             pid = forking.start_child(body, close_fds)
         except OSError:
             self.forks.failed(time.monotonic())
             raise
         self.forks.succeeded()
-        self.running[pid] = Running(pid, claim, time.monotonic(), time.time())
+        self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue)
         return pid
 
     def reaped(self) -> Iterator[tuple[Running | None, forking.ExitStatus]]:
@@ -86,10 +91,11 @@ class Children:
             running.stopped = running.stopped or Stop.DRAIN
             self._signal(running, signal.SIGKILL)
 
-    def check_claims(self, claim_state: Callable[[Claim], tuple[bool, bool]], now: float) -> None:
-        """Kill the jobs whose claim a sweeper took back; stop those an operator cancelled.
-        `claim_state` says whether a claim still holds and whether its job was cancelled."""
-        for running in self.running.values():
+    def check_claims(self, queue: int, claim_state: Callable[[Claim], tuple[bool, bool]], now: float) -> None:
+        """Kill the jobs of the `queue`-th queue whose claim a sweeper took back; stop those an
+        operator cancelled. `claim_state` says whether a claim still holds and whether its
+        job was cancelled."""
+        for running in self.of(queue):
             try:
                 held, cancelled = claim_state(running.claim)
             except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat

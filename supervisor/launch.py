@@ -23,8 +23,14 @@ log = logging.getLogger(__name__)
 class Launcher:
     """Builds the body of each job's child."""
 
-    def __init__(self, queue: Queue, registry: Registry, commands: bool, run_as_submitter: bool) -> None:
+    def __init__(
+        self, queue: Queue, registry: Registry, commands: bool, run_as_submitter: bool, index: int = 0, label: str = ""
+    ) -> None:
+        """`index`: the queue's place in its manager's order (its children are counted by it);
+        `label` names it in log lines where the manager serves several."""
         self.queue = queue
+        self.index = index
+        self.label = label
         self.registry = registry
         self.commands = commands
         self.run_as_submitter = run_as_submitter
@@ -39,14 +45,14 @@ class Launcher:
             outcomes.unstarted(claim, exc)
             return
         try:
-            pid = children.start(claim, body, close_fds)
+            pid = children.start(claim, body, close_fds, self.index)
         except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
             wait = children.forks.next_try - time.monotonic()
             log.error("cannot fork for job %s: %s; putting it back, retrying in %.1fs", claim.job_id, exc, wait)
             outcomes.fork_failed(claim, exc)
             return
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            log.info("%s started as pid %d", describe(claim), pid)
+            log.info("%s started as pid %d", describe(claim, self.label), pid)
 
     def body(self, claim: Claim) -> Callable[[], int]:
         """The child's body; JobsError (or NoSuchUser) if the job cannot run here at all."""

@@ -60,9 +60,11 @@ class Leftovers:
     def say_what_is_left(self, paused: Paused = NOT_PAUSED) -> None:
         """At the end of a burst."""
         if paused:
-            log.info("left the paused jobs ready (paused: %s)", paused.describe())
+            log.info("left the paused jobs ready (paused: %s) in %s", paused.describe(), self.queue.path)
         if self.scheduled:
-            log.info("left %d job(s) scheduled beyond the %gs horizon", self.scheduled, self.horizon)
+            log.info(
+                "left %d job(s) scheduled beyond the %gs horizon in %s", self.scheduled, self.horizon, self.queue.path
+            )
         if self.queue.left_for_others:
             functions = ", ".join(f"{name} ({count})" for name, count in sorted(self.queue.left_for_others.items()))
-            log.warning("left ready the jobs this manager does not run: %s", functions)
+            log.warning("left ready the jobs this manager does not run: %s in %s", functions, self.queue.path)

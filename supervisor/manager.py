@@ -1,4 +1,6 @@
-"""The manager: one process, one event loop, one forked child per job.
+"""The manager: one process, one event loop, one forked child per job, one or
+several queues (`Manager(["high", "low"])`: claimed from in that order, under one
+concurrency cap, each queue optionally under its own; see `served`).
 
 Each turn of the loop waits for something to happen (`wakeups`: a signal or a
 child's exit, a new job, a drain request, or the next deadline of any part) and
@@ -6,16 +8,17 @@ then runs the same named steps:
 
     _on_signals     SIGTERM/SIGINT drain (a second one stops now), SIGUSR1 logs status,
                     SIGHUP reopens the log file
-    _on_queue       new ready names to the claim index; at each poll, check the folders,
-                    the drain request, the settings and the pause
-    _take_in        members' submissions from incoming/
+    on_news         per queue: new ready names to the claim index; at each poll, check
+                    the folders, the drain request, the settings and the pause
+    take_in         per queue: members' submissions from incoming/
     _reap           wait4 every exited child; record its outcome, move the job on
                     (`outcomes`; a child killed from outside waits out the cancel window)
     enforce         timeouts, memory limits, the drain deadline (`children`)
-    _keep_lease     heartbeat; return claims no child holds; stop children whose claim a
-                    sweeper took back or an operator cancelled (`tenancy`)
-    _keep_sweeper   restart the lease-sweeper child if it died (with back-off)
-    _start_jobs     claim and fork while there are free slots (and the budget allows)
+    keep_lease      per queue: heartbeat; return claims no child holds; stop children
+                    whose claim a sweeper took back or an operator cancelled (`tenancy`)
+    sweeper.keep    per queue: restart the lease-sweeper child if it died (with back-off)
+    _start_jobs     claim and fork while there are free slots (and the budget allows),
+                    from the first queue that has a job to give
     title, notify   what `ps` and systemd show
 
 Each part owns its state and says when it next has something to do; the wait
@@ -29,29 +32,28 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping, Sequence
 from enum import Enum
 
-from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
-from supervisor import forking, logfiles, sweeper
+from jobs import Owner, Queue, Registry
+from supervisor import forking, logfiles
 from supervisor.budget import Budget
 from supervisor.children import Children
-from supervisor.errors import Stalled
-from supervisor.health import StoreHealth
-from supervisor.launch import Launcher, check_root
-from supervisor.leftovers import Leftovers
+from supervisor.errors import ConfigError, Stalled
+from supervisor.launch import check_root
 from supervisor.notify import Notifier
-from supervisor.outcomes import Outcomes
 from supervisor.running import Running
-from supervisor.settings import Settings
-from supervisor.tenancy import Tenancy
+from supervisor.served import Served
+from supervisor.settings import Settings, for_queue
 from supervisor.titles import Role, set_title
-from supervisor.wakeups import Wakeup, Wakeups
+from supervisor.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
-TAKE_IN_PER_TURN = 64
 TITLE_EVERY = 1.0  # seconds between two updates of the busy count in the title
 
 __all__ = ["Manager", "Phase", "Settings"]
+
+QueueLike = Queue | str | os.PathLike[str]
 
 
 class Phase(Enum):
@@ -61,48 +63,59 @@ class Phase(Enum):
     SERVING = "serving"  # claims and runs jobs
     DRAINING = "draining"  # claims nothing more; running jobs may finish until the drain timeout
     STOPPING = "stopping"  # its jobs were killed and go back; it exits once they are reaped
-    CLOSED = "closed"  # its sweeper is stopped, its owner folder retired
+    CLOSED = "closed"  # its sweepers are stopped, its owner folders retired
 
 
 class Manager:
-    """Claims jobs from a queue and runs each in a forked child."""
+    """Claims jobs from one or several queues and runs each in a forked child."""
 
     def __init__(
-        self, queue: Queue | str | os.PathLike[str], registry: Registry | None = None, **settings: object
+        self,
+        queues: QueueLike | Sequence[QueueLike],
+        registry: Registry | None = None,
+        *,
+        queue_concurrency: Mapping[QueueLike, int] | None = None,
+        **settings: object,
     ) -> None:
-        """`settings` are the fields of `Settings`. Unless given, `lease` and `retention` come
-        from the queue's settings, and `commands` is on for a private queue and off for a
-        shared one (a command job runs anything its manager's user may). Without a
-        registry the manager runs command jobs only."""
-        self.queue = queue if isinstance(queue, Queue) else Queue(queue, create=False)
+        """`queues`: one queue, or several to claim from in that order (the first that has a
+        job gives it). `queue_concurrency` caps how many of the children run one queue's
+        jobs (all of them together stay within `concurrency`). `settings` are the fields
+        of `Settings`; unless given, each queue's `lease` and `retention` come from its own
+        settings, and `commands` is on for a private queue and off for a shared one (a
+        command job runs anything its manager's user may). Without a registry the manager
+        runs command jobs only."""
+        opened = _open(queues)
         self.registry = registry if registry is not None else Registry()
-        stored = self.queue.settings
-        settings = {"lease": stored["lease"], "retention": stored["retention"], **settings}
-        # A command job runs anything its user may: on a shared queue, only as its submitter.
-        settings.setdefault("commands", not self.queue.shared or bool(settings.get("run_as_submitter")))
-        self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # checked by Settings itself
+        self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # what was given, checked
         check_root(options.run_as_submitter)
-        self.functions = Functions(self.registry, commands=options.commands)
-        self.phase = Phase.NEW
-        self.health = StoreHealth()
-        self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
-        self.tenancy = Tenancy(self.queue, self.functions, options.lease, self.health)
-        self.outcomes = Outcomes(self.queue, self.health)
-        self.wakeups = Wakeups(self.queue, options.poll_interval)
-        self.launcher = Launcher(self.queue, self.registry, options.commands, options.run_as_submitter)
-        self.sweeper = sweeper.SweeperChild(
-            self.queue, self.functions, options.sweep_interval, options.tmp_age, options.retention, self._owner_name
+        caps = _caps(opened, queue_concurrency or {})
+        several = len(opened) > 1  # then log lines say which queue a job came from
+        self.served = tuple(
+            Served(
+                index,
+                queue,
+                self.registry,
+                for_queue(queue, settings),
+                caps.get(index),
+                self.request_drain,
+                label=str(queue.path) if several else "",
+            )
+            for index, queue in enumerate(opened)
         )
-        self.leftovers = Leftovers(self.queue, self.functions, options.horizon, self.health)
+        self.phase = Phase.NEW
+        self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
+        self.wakeups = Wakeups(opened, options.poll_interval)
         self.notifier = Notifier()  # systemd's Type=notify, when it asked
         self.budget = Budget(options.max_jobs, options.max_runtime)
-        self.paused = NOT_PAUSED  # `forkvisor pause`: read at each poll and when the file changes
-        self._take_in_due = True  # members' submissions may wait in incoming/
-        self._replaced: QueueReplaced | None = None  # the queue's folders changed under us: drain, then fail
         self._title = ""
         self._title_state = ""
         self._next_title = 0.0
-        self._title_prefix = f"forkvisor: manager {self.queue.path}"
+        self._title_prefix = f"forkvisor: manager {' '.join(str(queue.path) for queue in opened)}"
+
+    @property
+    def queue(self) -> Queue:
+        """The (first, if several) queue served."""
+        return self.served[0].queue
 
     @property
     def running(self) -> dict[int, Running]:
@@ -110,9 +123,11 @@ class Manager:
 
     @property
     def owner(self) -> Owner:
-        if self.tenancy.owner is None:
+        """This manager as an owner of its (first) queue; `served[i].tenancy.owner` for the others."""
+        owner = self.served[0].tenancy.owner
+        if owner is None:
             raise RuntimeError("the manager registers as an owner when it starts")
-        return self.tenancy.owner
+        return owner
 
     @property
     def draining(self) -> bool:
@@ -121,69 +136,87 @@ class Manager:
 
     @property
     def sweeper_pid(self) -> int | None:
-        return self.sweeper.pid
+        """The pid of the (first) queue's sweeper."""
+        return self.served[0].sweeper.pid
+
+    @property
+    def _holding(self) -> bool:
+        """A child killed from outside waits to be judged: a cancel may be under way."""
+        return any(served.outcomes.holding for served in self.served)
 
     # -- life cycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        """Install signal handling, register as an owner, start watching and the sweeper."""
+        """Install signal handling, register as an owner of each queue, start watching and the sweepers."""
         self.wakeups.open_signals()  # first: a SIGTERM from now on drains instead of killing
+        registered: list[Served] = []
         try:
-            self.tenancy.register_at_start()
+            for served in self.served:
+                served.tenancy.register_at_start()
+                registered.append(served)
             self.wakeups.open_watch()
         except BaseException:
+            for served in registered:  # a queue refused: the ones registered already are left clean
+                served.close(self.settings.kill_grace)
             self.wakeups.close()
             raise
         forking.become_subreaper()
         self.phase = Phase.SERVING
-        self.budget.start(time.monotonic())
-        self.sweeper.keep(time.monotonic(), self.wakeups.fds)
+        now = time.monotonic()
+        self.budget.start(now)
+        for served in self.served:
+            served.sweeper.keep(now, self.wakeups.fds)
         self._set_title()
         self.notifier.ready(self._status_text())
-        concurrency = self.settings.concurrency
-        log.info("manager %s serving %s with concurrency %d", self.tenancy.name, self.queue.path, concurrency)
+        log.info(
+            "manager serving %s with concurrency %d", ", ".join(map(_described, self.served)), self.settings.concurrency
+        )
 
     def run(self, burst: bool = False) -> int:
-        """Serve the queue until drained (or, with `burst`, until nothing is left); return 0."""
+        """Serve the queues until drained (or, with `burst`, until nothing is left); return 0."""
         self.start()
         try:
             while not self.finished(burst):
                 self.step(timeout=None)
         finally:
             self.close()
-        if self._replaced is not None:
-            raise self._replaced
-        if burst and self.health.stalled(self.settings.stall_timeout):
-            raise Stalled(
-                f"gave up on {self.queue.path} after {self.settings.stall_timeout:g}s in which every change to it "
-                f"failed: {self.health.last_failure}; jobs not finished stay where they are for the next manager"
-            )
-        if burst:
-            self.leftovers.say_what_is_left(self.paused)
+        for served in self.served:
+            if served.replaced is not None:
+                raise served.replaced
+        if not burst:
+            return 0
+        timeout = self.settings.stall_timeout
+        for served in self.served:
+            if served.health.stalled(timeout):
+                raise Stalled(
+                    f"gave up on {served.queue.path} after {timeout:g}s in which every change to it failed: "
+                    f"{served.health.last_failure}; jobs not finished stay where they are for the next manager"
+                )
+        for served in self.served:
+            served.leftovers.say_what_is_left(served.paused)
         return 0
 
     def finished(self, burst: bool) -> bool:
-        if self.running or self.outcomes.holding:
+        if self.running or self._holding:
             return False
         if self.phase is not Phase.SERVING:
             return True
-        return burst and (self.health.stalled(self.settings.stall_timeout) or self.leftovers.nothing_left(self.paused))
+        return burst and all(served.finished_burst(self.settings.stall_timeout) for served in self.served)
 
     def close(self) -> None:
-        """Stop the sweeper, release what is still running, retire the owner folder."""
+        """Stop the sweepers, release what is still running, retire the owner folders."""
         if self.phase in (Phase.NEW, Phase.CLOSED):
             return
         try:
-            self.outcomes.release_held()  # a manager that closes holding one is being cancelled too
+            for served in self.served:
+                served.outcomes.release_held()  # a manager that closes holding one is being cancelled too
             self._kill_all_and_reap()
-            self.sweeper.stop(self.settings.kill_grace)
-            self.tenancy.retire()
-        except (OSError, JobsError) as exc:  # the sweepers of other managers deal with what is left
-            log.error("cannot retire owner %s cleanly: %s", self.tenancy.name, exc)
+            for served in self.served:
+                served.close(self.settings.kill_grace)
         finally:
             self.wakeups.close()
             self.phase = Phase.CLOSED
-        log.info("manager %s stopped", self.tenancy.name)
+        log.info("manager stopped")
 
     def request_drain(self, why: str) -> None:
         """Claim nothing more; let running jobs finish up to the drain timeout."""
@@ -192,15 +225,17 @@ class Manager:
         log.info("draining (%s): %d job(s) running, claiming no more", why, len(self.running))
         self.phase = Phase.DRAINING
         self.children.drain(time.monotonic(), self.settings.drain_timeout)
-        self.outcomes.release_held()  # children killed just before: the same cancel
+        for served in self.served:
+            served.outcomes.release_held()  # children killed just before: the same cancel
         self._set_title()
         self.notifier.stopping(self._status_text())
 
     def stop_now(self, why: str) -> None:
-        """Stop every running job at once and put it back in the queue."""
+        """Stop every running job at once and put it back in its queue."""
         log.warning("stopping now (%s): releasing %d running job(s)", why, len(self.running))
         self.phase = Phase.STOPPING
-        self.outcomes.release_held()
+        for served in self.served:
+            served.outcomes.release_held()
         self._kill_all_and_reap()
 
     def _kill_all_and_reap(self) -> None:
@@ -216,16 +251,20 @@ class Manager:
         """Wait for an event (at most `timeout` seconds, None: until the next deadline), then act."""
         woken = self.wakeups.wait(self._wait_time(time.monotonic(), timeout))
         now = time.monotonic()
-        self._on_signals(woken)
-        self._on_queue(woken)
-        self._take_in()
+        self._on_signals(woken.signals)
+        for served, news in zip(self.served, woken.queues, strict=True):
+            served.on_news(news)
+            served.take_in(self.draining)
         self._reap()
-        self.outcomes.judge_held(now)
-        self.outcomes.retry_stranded()
-        self.outcomes.promote_retries()
+        for served in self.served:
+            served.outcomes.judge_held(now)
+            served.outcomes.retry_stranded()
+            served.outcomes.promote_retries()
         self.children.enforce(now)
-        self._keep_lease(now)
-        self._keep_sweeper(now)
+        for served in self.served:
+            served.keep_lease(now, self.children)
+            if self.phase is not Phase.STOPPING:
+                served.sweeper.keep(now, self.wakeups.fds)
         self._start_jobs()
         if self.budget.limited and (spent := self.budget.spent(time.monotonic())) is not None:
             self.request_drain(spent)
@@ -237,22 +276,23 @@ class Manager:
         """Until the earliest deadline of any part (`timeout` at most)."""
         soonest = min(
             self.wakeups.next_poll,
-            self.tenancy.next_heartbeat,
             self.children.next_deadline(now),
-            self.outcomes.next_deadline(now),
             self.budget.ends_at if self.phase is Phase.SERVING else float("inf"),
         )
         if self.notifier.enabled:
             soonest = min(soonest, self.notifier.next_deadline())
-        if self.sweeper.pid is None and self.phase is not Phase.STOPPING:
-            soonest = min(soonest, self.sweeper.restart_at)
-        if (self.queue.more_to_examine and self._can_start_more(now)) or (self._take_in_due and not self.draining):
-            soonest = now  # the last claim or take-in stopped at its budget
+        sweepers_wanted = self.phase is not Phase.STOPPING
+        for served in self.served:
+            soonest = min(soonest, served.next_deadline(now, sweepers_wanted))
+            if served.take_in_due and not self.draining:
+                soonest = now  # the last take-in stopped at its budget
+            elif served.queue.more_to_examine and self._can_start_more(now) and served.may_claim(self.children):
+                soonest = now  # the last claim stopped at its budget
         wait = max(0.0, soonest - now)
         return wait if timeout is None else min(wait, timeout)
 
-    def _on_signals(self, woken: Wakeup) -> None:
-        for signum in woken.signals:
+    def _on_signals(self, signals: Sequence[signal.Signals]) -> None:
+        for signum in signals:
             if signum in (signal.SIGTERM, signal.SIGINT):
                 if self.draining:
                     self.stop_now(f"second {signum.name}")
@@ -263,131 +303,29 @@ class Manager:
             elif signum == signal.SIGHUP:
                 log.info("SIGHUP: reopened %d log file(s); nothing else reloads (see docs)", logfiles.reopen())
 
-    def _on_queue(self, woken: Wakeup) -> None:
-        for name in woken.ready:
-            self.queue.note_ready(name)
-        if woken.missed:
-            self.queue.note_ready_missed()
-        self._take_in_due = self._take_in_due or woken.incoming
-        if woken.poll:
-            self._check_folders()
-            self._reload_settings()
-        if woken.poll or woken.pause:
-            self._check_pause()
-        if woken.drain:
-            self.request_drain("drain file in the queue")
-
-    def _take_in(self) -> None:
-        """Take in what members submitted to incoming/ (a bounded number per turn)."""
-        if not self._take_in_due or self.draining:
-            return
-        try:
-            handled = self.queue.take_in(budget=TAKE_IN_PER_TURN)
-        except (OSError, JobsError) as exc:
-            self.health.failed(exc)
-            log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
-            handled = 0
-        self._take_in_due = handled >= TAKE_IN_PER_TURN  # more may wait: again next turn, at once
-
-    def _reload_settings(self) -> None:
-        """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""
-        try:
-            if self.queue.reload_settings():
-                log.info("queue settings changed: %s", self.queue.stored_settings)
-        except (OSError, JobsError) as exc:
-            log.error("cannot read the settings of %s: %s; keeping the ones read before", self.queue.path, exc)
-
-    def _check_pause(self) -> None:
-        """Take in `forkvisor pause` and `resume`: what is paused is not claimed (running jobs go on)."""
-        try:
-            paused = self.queue.paused()
-        except OSError as exc:  # keep what was known; the next poll looks again
-            log.error("cannot read the pause state of %s: %s", self.queue.path, exc)
-            return
-        if paused == self.paused:
-            return
-        if any(not paused.covers(f) for f in self.paused.functions) or (self.paused.all and not paused.all):
-            self.queue.index.forget_skips()  # what was resumed is claimable again
-        log.info("paused: %s", paused.describe() if paused else "nothing (resumed)")
-        self.paused = paused
-
     def _reap(self) -> None:
         for running, status in self.children.reaped():
             if running is not None:
-                self.outcomes.harvest(running, status, self.draining)
-            elif status.pid == self.sweeper.pid:
-                self.sweeper.died(status, time.monotonic())
-
-    def _keep_lease(self, now: float) -> None:
-        if not self.tenancy.heartbeat_due(now):
-            return
-        self._check_folders()
-        if not self.tenancy.registered:
-            self.tenancy.register()
-        elif not self.tenancy.renew(self.children.held() | self.outcomes.held()):
-            self._recover_from_reaping()
-        else:
-            self.children.check_claims(self.queue.claim_state, now)
-
-    def _recover_from_reaping(self) -> None:
-        """A sweeper judged us dead: our claims are void; start over as a new owner."""
-        count = len(self.running)
-        log.warning("owner %s was reaped by a sweeper; stopping %d job(s), registering anew", self.tenancy.name, count)
-        for running in self.running.values():
-            self.children.kill_lost(running)
-        if self._replaced is None:  # a queue replaced under us is left, not served anew
-            self.tenancy.register()
-
-    def _check_folders(self) -> None:
-        """A queue folder replaced under us (moved, or a link put in its place) is one nobody
-        else sees: finish what runs, through the handles opened at the start, and stop."""
-        if self._replaced is not None:
-            return
-        try:
-            self.queue.check_folders()
-        except QueueReplaced as exc:
-            log.error("%s", exc)
-            self._replaced = exc
-            self.request_drain("the queue's folders were replaced")
-
-    def _keep_sweeper(self, now: float) -> None:
-        if self.phase is not Phase.STOPPING:
-            self.sweeper.keep(now, self.wakeups.fds)
-
-    def _owner_name(self) -> str:
-        """The owner name when the sweeper starts (it changes when the manager registers anew)."""
-        return self.tenancy.name
+                self.served[running.queue].outcomes.harvest(running, status, self.draining)
+            else:  # a sweeper: which queue's restarts it
+                for served in self.served:
+                    if served.sweeper_died(status, time.monotonic()):
+                        break
 
     # -- starting jobs -------------------------------------------------------------
 
     def _can_start_more(self, now: float) -> bool:
-        if self.phase is not Phase.SERVING or self.outcomes.holding or self.paused.all:
+        if self.phase is not Phase.SERVING or self._holding:
             return False  # (holding: a cancel may be under way)
-        return self.tenancy.registered and self.children.has_room(now) and self.budget.allows_another()
+        return self.children.has_room(now) and self.budget.allows_another()
 
     def _start_jobs(self) -> None:
+        """Fill the free slots, each from the first queue (in the order served) that has a job."""
+        fds = self.wakeups.fds
         while self._can_start_more(time.monotonic()):
-            claim = self._claim_next()
-            if claim is None:
-                return
-            self.launcher.launch(claim, self.children, self.outcomes, self.wakeups.fds)
+            if not any(s.may_claim(self.children) and s.start_next(self.children, fds) for s in self.served):
+                return  # no queue had a job to give
             self.budget.started_one()
-
-    def _claim_next(self) -> Claim | None:
-        try:
-            claim = self.queue.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
-            if claim is not None:
-                self.health.worked()
-            return claim
-        except ClaimLost:
-            self._recover_from_reaping()
-        except (OSError, JobsError) as exc:
-            self.health.failed(exc)
-            log.error("cannot claim from %s: %s", self.queue.path, exc)
-        finally:
-            self.leftovers.note_given_back()
-            self.tenancy.record_skips(self.queue.unclaimable)
-        return None
 
     # -- status ---------------------------------------------------------------------
 
@@ -399,7 +337,7 @@ class Manager:
         """Show in `ps` how busy the manager is. A change of state (draining, paused) shows at
         once; the busy count at most once a second, at the turn of the loop `now` is: setting
         a title writes a page the jobs' children share (a copy-on-write fault each time)."""
-        state = " draining" if self.draining else " paused" if self.paused else ""
+        state = " draining" if self.draining else " paused" if any(s.paused for s in self.served) else ""
         if state == self._title_state and now is not None and now < self._next_title:
             return
         title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
@@ -410,12 +348,52 @@ class Manager:
             self.notifier.status_changed(self._status_text)
 
     def _status_text(self) -> str:
-        """What `systemctl status` shows: how busy, and the queue's counts."""
+        """What `systemctl status` shows: how busy, and each queue's counts."""
         busy = f"{len(self.running)}/{self.settings.concurrency} busy{', draining' if self.draining else ''}"
-        try:
-            counts = self.queue.counts()
-        except (OSError, JobsError) as exc:
-            return f"{busy}; cannot count the queue: {exc}"
-        return (
-            busy + "; " + ", ".join(f"{state} {counts[state]}" for state in ("ready", "scheduled", "claimed", "dead"))
-        )
+        if len(self.served) == 1:
+            return f"{busy}; {self.served[0].counts_text()}"
+        return busy + "".join(f"; {served.queue.path.name}: {served.counts_text()}" for served in self.served)
+
+
+def _described(served: Served) -> str:
+    cap = f", at most {served.cap} of its jobs at once" if served.cap else ""
+    return f"{served.queue.path} (as owner {served.tenancy.name}{cap})"
+
+
+def _open(queues: QueueLike | Sequence[QueueLike]) -> list[Queue]:
+    """The queues to serve, opened; ConfigError for none, or one given twice."""
+    given = [queues] if isinstance(queues, (Queue, str, os.PathLike)) else list(queues)
+    if not given:
+        raise ConfigError("a manager needs at least one queue to serve")
+    opened = [queue if isinstance(queue, Queue) else Queue(queue, create=False) for queue in given]
+    seen: dict[tuple[int, int], Queue] = {}
+    for queue in opened:
+        if (twin := seen.setdefault(queue.identity, queue)) is not queue:
+            raise ConfigError(f"{queue.path} is given twice (as {twin.path} too): give each queue once")
+    return opened
+
+
+def _caps(queues: list[Queue], caps: Mapping[QueueLike, int]) -> dict[int, int]:
+    """Each capped queue's index, with its cap; ConfigError for a queue not served or a cap below 1."""
+    indexes = {queue.identity: index for index, queue in enumerate(queues)}
+    found = {}
+    for key, cap in caps.items():
+        identity = _identity(key)
+        index = None if identity is None else indexes.get(identity)
+        if index is None:
+            served = ", ".join(str(queue.path) for queue in queues)
+            raise ConfigError(f"a concurrency is given for {key}, which this manager does not serve ({served})")
+        if not isinstance(cap, int) or cap < 1:
+            raise ConfigError(f"the concurrency of {key} must be a whole number, at least 1, got {cap!r}")
+        found[index] = cap
+    return found
+
+
+def _identity(queue: QueueLike) -> tuple[int, int] | None:
+    if isinstance(queue, Queue):
+        return queue.identity
+    try:
+        found = os.stat(queue)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino

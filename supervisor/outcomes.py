@@ -36,9 +36,11 @@ OUTSIDE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 class Outcomes:
     """Records outcomes; keeps the harvests the store refused and the retries to promote."""
 
-    def __init__(self, queue: Queue, health: StoreHealth) -> None:
+    def __init__(self, queue: Queue, health: StoreHealth, label: str = "") -> None:
+        """`label` names the queue in log lines where the manager serves several."""
         self.queue = queue
         self.health = health
+        self.label = label
         self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
         self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
         self._held: list[tuple[Running, forking.ExitStatus, float, float]] = []  # killed from outside: until, ended
@@ -99,7 +101,7 @@ class Outcomes:
         if not self._record(running, status, outcome, report=True):
             self._stranded.append((running, status, outcome))
         elif log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            log.info("%s %s in %.3fs", describe(claim), _verdict(running, status), outcome["wall_time"])
+            log.info("%s %s in %.3fs", describe(claim, self.label), _verdict(running, status), outcome["wall_time"])
 
     def retry_stranded(self) -> None:
         """Try again to record harvests that failed (disk full, say)."""
@@ -164,7 +166,7 @@ class Outcomes:
             if report:
                 log.error(
                     "cannot record the outcome of %s (pid %d, %s): %s; will retry",
-                    describe(running.claim),
+                    describe(running.claim, self.label),
                     status.pid,
                     status.describe(),
                     exc,
@@ -175,9 +177,10 @@ class Outcomes:
         return True
 
 
-def describe(claim: Claim) -> str:
-    """How every log line names a job's attempt."""
-    return f"job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
+def describe(claim: Claim, label: str = "") -> str:
+    """How every log line names a job's attempt (and its queue, `label`, if the manager serves several)."""
+    attempt = f"job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}"
+    return f"{attempt} from {label}" if label else attempt
 
 
 def _verdict(running: Running, status: forking.ExitStatus) -> str:

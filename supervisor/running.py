@@ -27,6 +27,7 @@ class Running:
     claim: Claim
     started: float  # monotonic
     started_wall: float
+    queue: int = 0  # which of its manager's queues the job came from (an index in the order served)
     stopped: Stop | None = None  # set once the manager sends it SIGTERM (or SIGKILL)
     kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
     lost: bool = False  # its claim was taken back: its end is recorded nowhere

@@ -2,15 +2,17 @@
 
 The CLI builds its options from these fields (`forkvisor run --help` shows the
 defaults); a queue's own settings (`queue.json`: lease, retention) apply where
-the manager is not told otherwise (see `jobs.config`).
+the manager is not told otherwise (see `jobs.config`), each queue its own when a
+manager serves several (`for_queue`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jobs import QUEUE_DEFAULTS, TMP_AGE
+from jobs import QUEUE_DEFAULTS, TMP_AGE, Queue
 from supervisor.errors import ConfigError
 
 
@@ -53,3 +55,16 @@ class Settings:
 def default(name: str) -> object:
     """A field's default, for the CLI's help (the CLI passes only the options it was given)."""
     return Settings.__dataclass_fields__[name].default
+
+
+def for_queue(queue: Queue, given: Mapping[str, object]) -> Settings:
+    """How a manager serves `queue`: what it was `given`, else the queue's own lease and
+    retention, and command jobs on for a private queue, off for a shared one (a command
+    job runs anything its manager's user may: on a shared queue, only as its submitter)."""
+    stored = queue.settings
+    fields = {"lease": stored["lease"], "retention": stored["retention"], **given}
+    fields.setdefault("commands", not queue.shared or bool(given.get("run_as_submitter")))
+    try:
+        return Settings(**fields)  # checked by Settings itself
+    except ConfigError as exc:  # the queue's lease may not fit what was given
+        raise ConfigError(f"serving {queue.path}: {exc}") from None

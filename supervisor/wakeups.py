@@ -1,7 +1,8 @@
-"""What wakes the manager: signals and child exits (through the wakeup pipe), new
-entries in `ready/` and `incoming/` and a new drain file (through inotify), and the
-poll, a safety net that looks at everything every `poll_interval` (NFS, where
-inotify sees no other host's change, or events the kernel dropped).
+"""What wakes the manager: signals and child exits (through the wakeup pipe), and in
+each queue it serves new entries in `ready/` and `incoming/`, a new drain file or a
+changed pause file (through inotify, one watch per queue), and the poll, a safety
+net that looks at everything every `poll_interval` (NFS, where inotify sees no
+other host's change, or events the kernel dropped).
 
 The signal pipe is opened first, so that from then on SIGTERM drains instead of
 killing. The drain request seen at the start is not for this manager: only a
@@ -24,18 +25,17 @@ from supervisor.watch import Watch, open_watch
 log = logging.getLogger(__name__)
 
 
-class Wakeup:
-    """What the last wait found. One object, reset at each wait: the loop turns once or
-    twice per job, and every object it makes is a page the manager may write after a
-    fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
+class News:
+    """What the last wait found in one queue. One object per queue, reset at each wait: the
+    loop turns once or twice per job, and every object it makes is a page the manager may
+    write after a fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    __slots__ = ("drain", "incoming", "missed", "pause", "poll", "ready", "signals")
+    __slots__ = ("drain", "incoming", "missed", "pause", "poll", "ready")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.signals: Sequence[signal.Signals] = ()
         self.ready: Sequence[str] = ()  # new names in ready/
         self.missed = False  # the kernel dropped events: ready/ must be scanned
         self.incoming = False  # members' submissions may wait in incoming/
@@ -44,70 +44,46 @@ class Wakeup:
         self.poll = False  # time for the safety net: look at everything
 
 
-class Wakeups:
-    """The manager's wait: a selector over the signal pipe and the inotify watch."""
+class Wakeup:
+    """What the last wait found: the signals, and the news of each queue (in the order served)."""
+
+    __slots__ = ("queues", "signals")
+
+    def __init__(self, queues: list[News]) -> None:
+        self.signals: Sequence[signal.Signals] = ()
+        self.queues = queues
+
+
+class QueueWatch:
+    """The manager's eyes on one queue: inotify on `ready/`, `incoming/` and the queue
+    folder (the drain and pause files), and the poll."""
 
     def __init__(self, queue: Queue, poll_interval: float) -> None:
         self.queue = queue
         self.poll_interval = poll_interval
         self.next_poll = 0.0
+        self.news = News()
+        self.watch: Watch | None = None
         self._drain_at_start: tuple[int, int] | None = None
-        self._signals: SignalPipe | None = None
-        self._selector: selectors.DefaultSelector | None = None
-        self._watch: Watch | None = None
-        self._found = Wakeup()
 
-    def open_signals(self) -> None:
-        """First of all: from now on a SIGTERM is read here (a drain), not the default (death)."""
+    def note_drain_at_start(self) -> None:
+        """The drain request standing now is not for this manager (see the module's docstring)."""
         self._drain_at_start = self._drain_request(None)
-        self._signals = SignalPipe()
 
-    def open_watch(self) -> None:
-        """Watch the queue once the manager is registered; inotify may be missing (the poll covers it)."""
-        if self._signals is None:
-            raise RuntimeError("open_signals() comes first")
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
-        folders = [self.queue.state_path(State.READY), self.queue.path, self.queue.state_path(State.INCOMING)]
-        self._watch = open_watch(folders)
-        if self._watch is not None:
-            self._selector.register(self._watch.fd, selectors.EVENT_READ)
+    def open(self) -> None:
+        """Start watching; inotify may be missing (the poll covers it)."""
+        queue = self.queue
+        self.watch = open_watch([queue.state_path(State.READY), queue.path, queue.state_path(State.INCOMING)])
 
-    @property
-    def fds(self) -> list[int]:
-        """Descriptors a child must not keep: the wakeup pipe, the selector, inotify."""
-        fds = [*self._signals.fds] if self._signals is not None else []
-        fds += [self._selector.fileno()] if self._selector is not None else []
-        return fds + ([self._watch.fd] if self._watch is not None else [])
-
-    def wait(self, timeout: float) -> Wakeup:
-        """Wait up to `timeout` seconds; say what happened."""
-        if self._selector is None or self._signals is None:
-            raise RuntimeError("the manager waits only once started")
-        readable = {key.fd for key, _ in self._selector.select(timeout)}
-        found = self._found
-        found.reset()
-        if self._signals.read_fd in readable:  # else skip the read (every turn counts, see PERFORMANCE.md)
-            found.signals = self._signals.drain()
-        if self._watch is not None and self._watch.fd in readable:
-            self._read_watch(found)
-        self._poll_if_due(found, time.monotonic())
-        return found
-
-    def _poll_if_due(self, found: Wakeup, now: float) -> None:
-        """Make `found` a poll when the poll interval is over, or events were lost."""
-        if now >= self.next_poll or found.missed:
-            self.next_poll = now + self.poll_interval
-            found.poll = found.incoming = True
-            found.drain = found.drain or self.drain_requested()
-
-    def _read_watch(self, found: Wakeup) -> None:
-        if self._watch is None:
+    def read(self) -> None:
+        """Take in what inotify saw since the last read."""
+        if self.watch is None:
             return
         ready, incoming = self.queue.state_path(State.READY), self.queue.state_path(State.INCOMING)
         names: list[str] = []
+        found = self.news
         found.ready = names
-        for folder, name in self._watch.read():
+        for folder, name in self.watch.read():
             if folder is None:
                 found.missed = True
             elif folder == ready:
@@ -118,6 +94,14 @@ class Wakeups:
                 found.drain = found.drain or self.drain_requested()
             elif name == PAUSE_FILE:
                 found.pause = True
+
+    def poll_if_due(self, now: float) -> None:
+        """Make the news a poll when the poll interval is over, or events were lost."""
+        found = self.news
+        if now >= self.next_poll or found.missed:
+            self.next_poll = now + self.poll_interval
+            found.poll = found.incoming = True
+            found.drain = found.drain or self.drain_requested()
 
     def drain_requested(self) -> bool:
         """Whether a drain file stands that was not there (as it is now) at the start."""
@@ -131,13 +115,74 @@ class Wakeups:
             return unchanged
 
     def close(self) -> None:
-        """Close the selector and the watch, and give the process its signal handlers back."""
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
+
+class Wakeups:
+    """The manager's wait: a selector over the signal pipe and each queue's watch."""
+
+    def __init__(self, queues: Sequence[Queue], poll_interval: float) -> None:
+        self.watches = [QueueWatch(queue, poll_interval) for queue in queues]
+        self._signals: SignalPipe | None = None
+        self._selector: selectors.DefaultSelector | None = None
+        self._found = Wakeup([watch.news for watch in self.watches])
+
+    @property
+    def next_poll(self) -> float:
+        return min(watch.next_poll for watch in self.watches)
+
+    def open_signals(self) -> None:
+        """First of all: from now on a SIGTERM is read here (a drain), not the default (death)."""
+        for watch in self.watches:
+            watch.note_drain_at_start()
+        self._signals = SignalPipe()
+
+    def open_watch(self) -> None:
+        """Watch the queues once the manager is registered."""
+        if self._signals is None:
+            raise RuntimeError("open_signals() comes first")
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
+        for watch in self.watches:
+            watch.open()
+            if watch.watch is not None:
+                self._selector.register(watch.watch.fd, selectors.EVENT_READ, watch)
+
+    @property
+    def fds(self) -> list[int]:
+        """Descriptors a child must not keep: the wakeup pipe, the selector, inotify."""
+        fds = [*self._signals.fds] if self._signals is not None else []
+        fds += [self._selector.fileno()] if self._selector is not None else []
+        return fds + [watch.watch.fd for watch in self.watches if watch.watch is not None]
+
+    def wait(self, timeout: float) -> Wakeup:
+        """Wait up to `timeout` seconds; say what happened."""
+        if self._selector is None or self._signals is None:
+            raise RuntimeError("the manager waits only once started")
+        events = self._selector.select(timeout)
+        found = self._found
+        found.signals = ()
+        now = time.monotonic()
+        for watch in self.watches:
+            watch.news.reset()
+        for key, _ in events:
+            if key.data is None:  # the signal pipe (else skip the read: every turn counts, see PERFORMANCE.md)
+                found.signals = self._signals.drain()
+            else:
+                key.data.read()
+        for watch in self.watches:
+            watch.poll_if_due(now)
+        return found
+
+    def close(self) -> None:
+        """Close the selector and the watches, and give the process its signal handlers back."""
         if self._selector is not None:
             self._selector.close()
             self._selector = None
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+        for watch in self.watches:
+            watch.close()
         if self._signals is not None:
             self._signals.close()
             self._signals = None

@@ -105,9 +105,11 @@ class Processes:
 
     # -- managers in this process --------------------------------------------------
 
-    def manager(self, queue: Queue, *, start: bool = True, **settings: Any) -> Manager:
-        """A manager on `queue` running the sample jobs, with FAST settings (started unless asked)."""
-        manager = Manager(queue, sample_jobs.registry, **{**FAST, **settings})
+    def manager(self, queue: Queue | Sequence[Queue], *, start: bool = True, **settings: Any) -> Manager:
+        """A manager on `queue` (or several) running the sample jobs, with FAST settings (started
+        unless asked); a setting given as None is left to its default (or the queue's)."""
+        given = {name: value for name, value in {**FAST, **settings}.items() if value is not None}
+        manager = Manager(queue, sample_jobs.registry, **given)
         self.managers.append(manager)
         if start:
             manager.start()
@@ -177,7 +179,7 @@ class Processes:
 
 def _force_close(manager: Manager) -> None:
     """What close() did not get to: kill its children, give this process its signals back."""
-    for pid in [*manager.running, manager.sweeper_pid]:
+    for pid in [*manager.running, *(served.sweeper.pid for served in manager.served)]:
         if pid is not None:
             try:
                 os.kill(pid, signal.SIGKILL)

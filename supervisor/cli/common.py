@@ -78,6 +78,20 @@ def positive_duration(text: str) -> float:
     return seconds
 
 
+def queue_cap(text: str) -> tuple[Path, int]:
+    """`QUEUE=N`: a queue folder and the most children that may run its jobs."""
+    path, equals, count = text.rpartition("=")
+    if not equals or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} must look like QUEUE=N, e.g. queues/bulk=2")
+    try:
+        cap = int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {count!r} is not a whole number") from None
+    if cap < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the concurrency must be at least 1")
+    return Path(path), cap
+
+
 def limit_duration(text: str) -> float:
     """A job's timeout: positive, or `none` (0) for no limit whatever its function or queue say."""
     if text.strip().lower() in ("none", "0"):

@@ -1,6 +1,8 @@
 """`forkvisor run`'s options from the environment, for a systemd unit's
 `EnvironmentFile=` or a container's environment: `FORKVISOR_CONCURRENCY=8`,
-`FORKVISOR_DRAIN_TIMEOUT=2m`, `FORKVISOR_BURST=yes`, `FORKVISOR_PATH=/srv/app:/srv/lib`...
+`FORKVISOR_DRAIN_TIMEOUT=2m`, `FORKVISOR_BURST=yes`, `FORKVISOR_PATH=/srv/app:/srv/lib`,
+`FORKVISOR_QUEUE_CONCURRENCY=/srv/q/bulk=2,/srv/q/low=1`... The queues themselves are
+arguments (the unit's instance name, say), never taken from the environment.
 
 Precedence: a flag on the command line, then the environment, then the queue's
 settings (`queue.json`: lease, retention), then the built-in default. The names a
@@ -14,9 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import UsageError, positive_duration
+from supervisor.cli.common import UsageError, positive_duration, queue_cap
 
 PREFIX = "FORKVISOR_"
 _YES, _NO = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
@@ -41,10 +44,15 @@ def _paths(text: str) -> list[str]:
     return [part for part in text.split(os.pathsep) if part]
 
 
+def _queue_caps(text: str) -> list[tuple[Path, int]]:
+    return [queue_cap(part.strip()) for part in text.split(",") if part.strip()]
+
+
 RUN: dict[str, Callable[[str], Any]] = {
     "app": str,
     "path": _paths,
     "concurrency": _positive_int,
+    "queue_concurrency": _queue_caps,
     "burst": _flag,
     "commands": _flag,
     "horizon": positive_duration,

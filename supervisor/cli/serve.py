@@ -16,7 +16,7 @@ from types import ModuleType
 from jobs import Call, JobOptions, Queue, Registry, command_call, format_duration
 from supervisor import privileges
 from supervisor.cli import environment
-from supervisor.cli.common import Commands, Parser, UsageError, add_command, add_queue, positive_duration
+from supervisor.cli.common import Commands, Parser, UsageError, add_command, positive_duration, queue_cap
 from supervisor.errors import AppNotFound
 from supervisor.manager import Manager
 from supervisor.settings import default
@@ -50,11 +50,21 @@ def _shown(value: object) -> str:
 
 
 def _add_run(commands: Commands[Parser]) -> None:
-    run = add_command(commands, "run", _run, "run a manager on a queue")
-    add_queue(run)
+    run = add_command(commands, "run", _run, "run a manager on one or several queues")
+    run.add_argument(
+        "queues", nargs="+", type=Path, metavar="QUEUE", help="the queue folder(s), in the order to claim from"
+    )
     run.set_defaults(log_default="INFO")
     add_app(run, "the registry of functions jobs may call (none: command jobs only)")
     run.add_argument("--concurrency", "-c", type=int, help=f"children at once ({default('concurrency')})")
+    run.add_argument(
+        "--queue-concurrency",
+        action="append",
+        default=[],
+        type=queue_cap,
+        metavar="QUEUE=N",
+        help="at most N of the children run QUEUE's jobs (repeatable; within --concurrency)",
+    )
     run.add_argument("--burst", action="store_true", help="exit once nothing is ready, claimed or due soon")
     run.add_argument("--max-jobs", type=int, metavar="N", help="drain and exit 0 once N jobs were started")
     run.add_argument(
@@ -88,11 +98,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.user:
         privileges.become(args.user)  # first: nothing is read, imported or forked as root
     registry = load_app(args.app, args.path) if args.app else None
-    queue = Queue(args.queue, create=False, durable=not args.no_durable)
+    queues = [Queue(path, create=False, durable=not args.no_durable) for path in args.queues]
     timing = (option[2:].replace("-", "_") for option in TIMING)
     given = {name: getattr(args, name) for name in ("concurrency", "max_jobs", *timing)}
     given.update(commands=args.commands, run_as_submitter=args.run_as_submitter or None)
-    manager = Manager(queue, registry, **{name: value for name, value in given.items() if value is not None})
+    settings = {name: value for name, value in given.items() if value is not None}
+    manager = Manager(queues, registry, queue_concurrency=dict(args.queue_concurrency), **settings)
     return manager.run(burst=args.burst)
 
 

@@ -4,6 +4,7 @@ environment, then the queue's settings, then the default."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,29 @@ def test_a_variable_that_does_not_read_is_refused_by_name(tmp_path: Path, monkey
     queue = new_queue(tmp_path / "queue")
     monkeypatch.setenv("FORKVISOR_DRAIN_TIMEOUT", "soon")
     refused(cli("run", queue, "--burst"), 2, "FORKVISOR_DRAIN_TIMEOUT='soon' in the environment")
+
+
+def test_several_queues_and_their_caps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    high, low = new_queue(tmp_path / "high"), new_queue(tmp_path / "low")
+    ids = {queue: enqueue(queue, "sample.ok", "--args", "[1]") for queue in (high, low)}
+    monkeypatch.setenv("FORKVISOR_QUEUE_CONCURRENCY", f"{low}=1, {high}=2")
+    result = cli("run", high, low, "--burst", "--app", APP, "--path", str(REPO), "--concurrency", "3")
+    assert result.code == 0, result
+    assert all(job(queue, job_id).state is State.DONE for queue, job_id in ids.items())
+    for queue, cap in ((high, 2), (low, 1)):
+        assert re.search(rf"{re.escape(str(queue))} \(as owner \S+, at most {cap} of its jobs at once\)", result.err)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["high", "high/../high"], "is given twice"),
+        (["high", "--queue-concurrency", "low=1"], "which this manager does not serve"),
+        (["high", "--queue-concurrency", "high"], "must look like QUEUE=N"),
+        (["high", "--queue-concurrency", "high=none"], "is not a whole number"),
+    ],
+)
+def test_bad_queue_lists_are_refused(tmp_path: Path, arguments: list[str], message: str) -> None:
+    for name in ("high", "low"):
+        new_queue(tmp_path / name)
+    refused(cli("run", *arguments, "--burst", cwd=tmp_path), 2, message)

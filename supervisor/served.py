@@ -1,0 +1,233 @@
+"""One queue a manager serves, and everything the manager keeps for it.
+
+A manager may serve several queues (`forkvisor run high default low`). Each has
+its own owner folder and lease (`tenancy`), sweeper child, recorded outcomes,
+pause, settings (a queue's lease, retention and rule on command jobs are its
+own) and an optional cap on how many of the manager's children run its jobs.
+What is the process's stays in the manager: signals, the children and their
+one concurrency cap, the budget, the life cycle. The manager runs the steps
+below for each queue at every turn of its loop, in the order the queues were
+given, which is also the order in which they are claimed from.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Queue, QueueReplaced, Registry
+from supervisor import forking, sweeper
+from supervisor.children import Children
+from supervisor.health import StoreHealth
+from supervisor.launch import Launcher
+from supervisor.leftovers import Leftovers
+from supervisor.outcomes import Outcomes
+from supervisor.settings import Settings
+from supervisor.tenancy import Tenancy
+from supervisor.wakeups import News
+
+log = logging.getLogger(__name__)
+TAKE_IN_PER_TURN = 64
+
+
+class Served:
+    """A queue the manager serves: its `index` in the manager's order, its own parts."""
+
+    def __init__(
+        self,
+        index: int,
+        queue: Queue,
+        registry: Registry,
+        settings: Settings,
+        cap: int | None,
+        request_drain: Callable[[str], None],
+        label: str = "",
+    ) -> None:
+        """`settings` are the manager's with this queue's own filled in (`settings.for_queue`);
+        `cap`, if given, bounds the manager's children running this queue's jobs;
+        `request_drain` drains the whole manager (a drain file, a replaced folder); `label`
+        names the queue in the log lines about its jobs (where the manager serves several)."""
+        self.index = index
+        self.queue = queue
+        self.settings = settings
+        self.cap = cap
+        self.functions = Functions(registry, commands=settings.commands)
+        self.health = StoreHealth()
+        self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health)
+        self.outcomes = Outcomes(queue, self.health, label)
+        self.launcher = Launcher(queue, registry, settings.commands, settings.run_as_submitter, index, label)
+        self.sweeper = sweeper.SweeperChild(
+            queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
+        )
+        self.leftovers = Leftovers(queue, self.functions, settings.horizon, self.health)
+        self.paused = NOT_PAUSED  # `forkvisor pause`: read at each poll and when the file changes
+        self.take_in_due = True  # members' submissions may wait in incoming/
+        self.replaced: QueueReplaced | None = None  # its folders changed under us: the manager drains, then fails
+        self._request_drain = request_drain
+
+    def _owner_name(self) -> str:
+        """The owner name when the sweeper starts (it changes when the manager registers anew)."""
+        return self.tenancy.name
+
+    # -- what the wait found -----------------------------------------------------------
+
+    def on_news(self, news: News) -> None:
+        """New ready names to the claim index; at each poll, check the folders, the settings
+        and the pause; a drain request drains the manager."""
+        queue = self.queue
+        for name in news.ready:
+            queue.note_ready(name)
+        if news.missed:
+            queue.note_ready_missed()
+        self.take_in_due = self.take_in_due or news.incoming
+        if news.poll:
+            self.check_folders()
+            self._reload_settings()
+        if news.poll or news.pause:
+            self._check_pause()
+        if news.drain:
+            self._request_drain(f"drain file in {queue.path}")
+
+    def take_in(self, draining: bool) -> None:
+        """Take in what members submitted to incoming/ (a bounded number per turn)."""
+        if not self.take_in_due or draining:
+            return
+        try:
+            handled = self.queue.take_in(budget=TAKE_IN_PER_TURN)
+        except (OSError, JobsError) as exc:
+            self.health.failed(exc)
+            log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
+            handled = 0
+        self.take_in_due = handled >= TAKE_IN_PER_TURN  # more may wait: again next turn, at once
+
+    def _reload_settings(self) -> None:
+        """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""
+        try:
+            if self.queue.reload_settings():
+                log.info("settings of %s changed: %s", self.queue.path, self.queue.stored_settings)
+        except (OSError, JobsError) as exc:
+            log.error("cannot read the settings of %s: %s; keeping the ones read before", self.queue.path, exc)
+
+    def _check_pause(self) -> None:
+        """Take in `forkvisor pause` and `resume`: what is paused is not claimed (running jobs go on)."""
+        try:
+            paused = self.queue.paused()
+        except OSError as exc:  # keep what was known; the next poll looks again
+            log.error("cannot read the pause state of %s: %s", self.queue.path, exc)
+            return
+        if paused == self.paused:
+            return
+        if any(not paused.covers(f) for f in self.paused.functions) or (self.paused.all and not paused.all):
+            self.queue.index.forget_skips()  # what was resumed is claimable again
+        log.info("%s paused: %s", self.queue.path, paused.describe() if paused else "nothing (resumed)")
+        self.paused = paused
+
+    def check_folders(self) -> None:
+        """A queue folder replaced under us (moved, or a link put in its place) is one nobody
+        else sees: finish what runs, through the handles opened at the start, and stop."""
+        if self.replaced is not None:
+            return
+        try:
+            self.queue.check_folders()
+        except QueueReplaced as exc:
+            log.error("%s", exc)
+            self.replaced = exc
+            self._request_drain(f"the folders of {self.queue.path} were replaced")
+
+    # -- the owner's lease and the sweeper ---------------------------------------------------
+
+    def keep_lease(self, now: float, children: Children) -> None:
+        """Heartbeat; give back claims no child holds; stop the children whose claim a sweeper
+        took back or an operator cancelled; register anew if a sweeper reaped us."""
+        if not self.tenancy.heartbeat_due(now):
+            return
+        self.check_folders()
+        if not self.tenancy.registered:
+            self.tenancy.register()
+        elif not self.tenancy.renew(children.held(self.index) | self.outcomes.held()):
+            self.recover_from_reaping(children)
+        else:
+            children.check_claims(self.index, self.queue.claim_state, now)
+
+    def recover_from_reaping(self, children: Children) -> None:
+        """A sweeper judged us dead: our claims are void; start over as a new owner."""
+        lost = list(children.of(self.index))
+        log.warning(
+            "owner %s was reaped by a sweeper of %s; stopping %d job(s), registering anew",
+            self.tenancy.name,
+            self.queue.path,
+            len(lost),
+        )
+        for running in lost:
+            children.kill_lost(running)
+        if self.replaced is None:  # a queue replaced under us is left, not served anew
+            self.tenancy.register()
+
+    def sweeper_died(self, status: forking.ExitStatus, now: float) -> bool:
+        """Whether `status` is this queue's sweeper's (then it restarts after its back-off)."""
+        if status.pid != self.sweeper.pid:
+            return False
+        self.sweeper.died(status, now)
+        return True
+
+    def next_deadline(self, now: float, sweeper_wanted: bool) -> float:
+        """When this queue next has something to do: a heartbeat, a retry, a held child, a
+        sweeper to restart."""
+        soonest = min(self.tenancy.next_heartbeat, self.outcomes.next_deadline(now))
+        if sweeper_wanted and self.sweeper.pid is None:
+            soonest = min(soonest, self.sweeper.restart_at)
+        return soonest
+
+    # -- claiming ---------------------------------------------------------------------------
+
+    def may_claim(self, children: Children) -> bool:
+        """Registered, not paused as a whole, under its cap, no cancel possibly under way."""
+        if not self.tenancy.registered or self.paused.all or self.outcomes.holding:
+            return False
+        return self.cap is None or sum(1 for _ in children.of(self.index)) < self.cap
+
+    def start_next(self, children: Children, close_fds: list[int]) -> bool:
+        """Claim this queue's next job and fork its child; False if there was none to claim."""
+        claim = self._claim_next(children)
+        if claim is None:
+            return False
+        self.launcher.launch(claim, children, self.outcomes, close_fds)
+        return True
+
+    def _claim_next(self, children: Children) -> Claim | None:
+        try:
+            claim = self.queue.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
+            if claim is not None:
+                self.health.worked()
+            return claim
+        except ClaimLost:
+            self.recover_from_reaping(children)
+        except (OSError, JobsError) as exc:
+            self.health.failed(exc)
+            log.error("cannot claim from %s: %s", self.queue.path, exc)
+        finally:
+            self.leftovers.note_given_back()
+            self.tenancy.record_skips(self.queue.unclaimable)
+        return None
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def finished_burst(self, stall_timeout: float) -> bool:
+        """For --burst: this queue has nothing left for the manager (or its store stalled)."""
+        return self.health.stalled(stall_timeout) or self.leftovers.nothing_left(self.paused)
+
+    def close(self, kill_grace: float) -> None:
+        """Stop the sweeper and retire the owner folder (the children are the manager's to end)."""
+        try:
+            self.sweeper.stop(kill_grace)
+            self.tenancy.retire()
+        except (OSError, JobsError) as exc:  # the sweepers of other managers deal with what is left
+            log.error("cannot retire owner %s of %s cleanly: %s", self.tenancy.name, self.queue.path, exc)
+
+    def counts_text(self) -> str:
+        """The queue's counts, for systemd's STATUS line."""
+        try:
+            counts = self.queue.counts()
+        except (OSError, JobsError) as exc:
+            return f"cannot count {self.queue.path}: {exc}"
+        return ", ".join(f"{state} {counts[state]}" for state in ("ready", "scheduled", "claimed", "dead"))
