@@ -53,8 +53,9 @@ def open_output(run: int, name: str, mode: int) -> int:
     return fd
 
 
-def write_pid(run: int, mode: int) -> None:
-    files.write_new(PID_FILE, f"{os.getpid()}\n".encode(), durable=False, mode=mode, dir_fd=run)
+def write_pid(run: int, mode: int, pid: int | None = None) -> None:
+    """Write the run's pid (this process's, unless the manager writes a spawned child's)."""
+    files.write_new(PID_FILE, f"{pid or os.getpid()}\n".encode(), durable=False, mode=mode, dir_fd=run)
 
 
 def write_result(run: int, data: bytes, durable: bool, mode: int) -> None:

@@ -116,14 +116,19 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     if identity is not None:
         hand_over(run, (*run_folder.OUTPUT_FILES, run_folder.PID_FILE), identity)
         become_in_child(identity)  # before any of the job's code runs
-    attempt = str(claim.run_path)
-    os.environ.update(
-        FORKVISOR_QUEUE=attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
-        FORKVISOR_JOB_ID=claim.job_id,
-        FORKVISOR_ATTEMPT=str(claim.attempt),
-        FORKVISOR_ATTEMPT_DIR=attempt,
-    )
+    os.environ.update(job_environment(claim))
     return run
+
+
+def job_environment(claim: Claim) -> dict[str, str]:
+    """What every job's process finds in its environment about its run."""
+    attempt = str(claim.run_path)
+    return {
+        "FORKVISOR_QUEUE": attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
+        "FORKVISOR_JOB_ID": claim.job_id,
+        "FORKVISOR_ATTEMPT": str(claim.attempt),
+        "FORKVISOR_ATTEMPT_DIR": attempt,
+    }
 
 
 def _redirect_output(run: int, file_mode: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 from jobs import Claim
 from supervisor import forking, limits
@@ -47,12 +47,12 @@ class Children:
     def held(self, queue: int) -> set[str]:
         return {running.claim.job_id for running in self.of(queue)}
 
-    def start(self, claim: Claim, body: Callable[[], int], close_fds: Iterable[int], queue: int = 0) -> int:
-        """Fork the child that runs `body` (a job of the manager's `queue`-th queue); OSError if
-        the host cannot (EAGAIN, ENOMEM): the job is fine, the caller puts it back, and the
-        next fork waits (see `forks`)."""
+    def start(self, claim: Claim, create: Callable[[], int], queue: int = 0) -> int:
+        """Start the child of a job of the manager's `queue`-th queue with `create` (a fork or
+        a spawn, which returns its pid); OSError if the host cannot (EAGAIN, ENOMEM): the job
+        is fine, the caller puts it back, and the next start waits (see `forks`)."""
         try:
-            pid = forking.start_child(body, close_fds)
+            pid = create()
         except OSError:
             self.forks.failed(time.monotonic())
             raise

@@ -1,5 +1,5 @@
-"""Forking, reaping and killing: the only module that calls `os.fork`,
-`os._exit`, `os.wait4` and `os.killpg`.
+"""Forking, spawning, reaping and killing: the only module that calls `os.fork`,
+`os.posix_spawn`, `os._exit`, `os.wait4` and `os.killpg`.
 
 A child never returns into the manager's code: its body runs inside
 `try/finally: os._exit(code)`. Signals are blocked around `fork` so that no
@@ -70,6 +70,30 @@ def start_child(body: Callable[[], int], close_fds: Iterable[int] = ()) -> int:
     except (ProcessLookupError, PermissionError):
         pass  # the child already exited, or already called exec/setsid
     return pid
+
+
+# Signals a spawned program starts with at their default: Python ignores SIGPIPE and
+# SIGXFSZ, and an ignored signal stays ignored across exec; the handled ones for clarity.
+# (glibc's posix_spawn leaves its two internal signals, 32 and 33, ignored: no program
+# linked with glibc can use them, and its sigaddset refuses them, so they cannot be listed.)
+SPAWN_DEFAULTS = (
+    signal.SIGPIPE,
+    signal.SIGXFSZ,
+    signal.SIGHUP,
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGUSR1,
+    signal.SIGCHLD,
+)
+
+
+def spawn(path: str, argv: list[str], env: dict[str, str], stdio: tuple[int, int, int]) -> int:
+    """Start `path` in a new process group without forking this process (`posix_spawn`: no
+    page of the manager is copied or made copy-on-write), with `stdio` as its descriptors
+    0, 1 and 2, no signal blocked and the signals above at their default; return its pid.
+    Every other descriptor of the manager is close-on-exec. OSError if it cannot start."""
+    actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
+    return os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigmask=(), setsigdef=SPAWN_DEFAULTS)
 
 
 def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int]) -> None:

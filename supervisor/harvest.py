@@ -129,7 +129,7 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     if status.code == EXIT_OK:
         return None
     if spec.function == COMMAND:  # the program's own exit status, whatever its value
-        return {"type": "CommandFailed", "message": f"the command {status.describe()}; see its stderr"}
+        return command_error(spec.args[0] if spec.args else "?", status)
     if status.code == EXIT_CHILD_ERROR:
         return {
             "type": "ChildError",
@@ -139,6 +139,21 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
         why = "the child found its manager dead or its claim taken back before the job started"
         return {"type": "Orphaned", "message": why}
     return {"type": "Crashed", "message": f"the job's process {status.describe()} without recording an error"}
+
+
+def command_error(program: object, status: ExitStatus) -> dict[str, Any]:
+    """Why a command job failed, from its exit status alone. 127 and 126 are what a shell
+    (and the spawned job's own, see `spawner`) says for a program it cannot find or run."""
+    if status.code in CANNOT_RUN:
+        why = CANNOT_RUN[status.code]
+        return {"type": "CannotRun", "message": f"cannot run {program!r}? it exited {status.code}: {why}"}
+    return {"type": "CommandFailed", "message": f"the command {status.describe()}; see its stderr"}
+
+
+CANNOT_RUN = {
+    127: "command not found (it, or one it ran); see its stderr",
+    126: "not executable, or its folder cannot be entered (it, or one it ran); see its stderr",
+}
 
 
 def stderr_tail(run: int | None) -> str:

@@ -1,7 +1,8 @@
-"""What a claimed job's child will run, decided in the manager before the fork: its
-registered function or its command, and as whom (with `--run-as-submitter`, the
-member who submitted it). A job that cannot run here at all raises: it is dead,
-with the reason, rather than a child that fails at once."""
+"""What a claimed job's child will run, decided in the manager before it starts: its
+registered function or its command, as whom (with `--run-as-submitter`, the member
+who submitted it), and how it starts (forked, or for a command job spawned: see
+`spawner`). A job that cannot run here at all raises: it is dead, with the reason,
+rather than a child that fails at once."""
 
 from __future__ import annotations
 
@@ -11,41 +12,55 @@ import time
 from collections.abc import Callable
 
 from jobs import COMMAND, Claim, Command, JobsError, Queue, Registry, UnknownCallable
-from supervisor import privileges
-from supervisor.child import run_attempt, run_command
+from supervisor import forking, privileges
+from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
 from supervisor.errors import ConfigError, NoSuchUser
 from supervisor.outcomes import Outcomes, describe
+from supervisor.spawner import RunGone, Spawner
 
 log = logging.getLogger(__name__)
 
 
 class Launcher:
-    """Builds the body of each job's child."""
+    """Starts each job's child: forked to run its function or command, or for a command job
+    spawned (`spawner`) where the host allows it."""
 
     def __init__(
-        self, queue: Queue, registry: Registry, commands: bool, run_as_submitter: bool, index: int = 0, label: str = ""
+        self,
+        queue: Queue,
+        registry: Registry,
+        commands: bool,
+        run_as_submitter: bool,
+        index: int = 0,
+        label: str = "",
+        spawner: Spawner | None = None,
     ) -> None:
         """`index`: the queue's place in its manager's order (its children are counted by it);
-        `label` names it in log lines where the manager serves several."""
+        `label` names it in log lines where the manager serves several; `spawner`, if given,
+        starts command jobs without a fork."""
         self.queue = queue
         self.index = index
         self.label = label
         self.registry = registry
         self.commands = commands
         self.run_as_submitter = run_as_submitter
+        self.spawner = spawner
         self._identities = privileges.Identities()
 
     def launch(self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int]) -> None:
-        """Fork the job's child; a job that cannot start here is dead, one the host cannot
-        fork for goes back (its attempt not counted)."""
+        """Start the job's child; a job that cannot start here is dead, one the host cannot
+        start a process for goes back (its attempt not counted)."""
         try:
-            body = self.body(claim)
+            create = self.creator(claim, close_fds)
         except (JobsError, NoSuchUser) as exc:  # unknown function, malformed command, no such submitter
             outcomes.unstarted(claim, exc)
             return
         try:
-            pid = children.start(claim, body, close_fds, self.index)
+            pid = children.start(claim, create, self.index)
+        except RunGone:
+            log.warning("job %s: its run folder is gone (a sweeper took the claim back); not started", claim.job_id)
+            return
         except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
             wait = children.forks.next_try - time.monotonic()
             log.error("cannot fork for job %s: %s; putting it back, retrying in %.1fs", claim.job_id, exc, wait)
@@ -54,20 +69,33 @@ class Launcher:
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             log.info("%s started as pid %d", describe(claim, self.label), pid)
 
-    def body(self, claim: Claim) -> Callable[[], int]:
-        """The child's body; JobsError (or NoSuchUser) if the job cannot run here at all."""
+    def creator(self, claim: Claim, close_fds: list[int]) -> Callable[[], int]:
+        """What starts the job's child and returns its pid; JobsError (or NoSuchUser) if the
+        job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
+        body: Callable[[], int]
         if claim.spec.function == COMMAND:
-            if not self.commands:
-                why = f"the queue {queue.path} is shared" if queue.shared else "it was told not to (--no-commands)"
-                raise UnknownCallable(
-                    f"this manager does not run command jobs ({why}); "
-                    "start one with --commands to allow them, then `forkvisor retry` the job"
-                )
-            command = Command.of(claim.spec)
-            return lambda: run_command(claim, command, queue.file_mode, identity)
-        registered = self.registry.get(claim.spec.function)
-        return lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity)
+            command = self._command(claim)
+            spawner = self.spawner
+            if spawner is not None and identity is None:  # as a submitter: forked (see `spawner`)
+                environment = {**os.environ, **job_environment(claim), **command.env}
+                return lambda: spawner.spawn(claim, command, environment, queue.file_mode)
+            body = lambda: run_command(claim, command, queue.file_mode, identity)  # noqa: E731
+        else:
+            registered = self.registry.get(claim.spec.function)
+            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity)  # noqa: E731
+        return lambda: forking.start_child(body, close_fds)
+
+    def _command(self, claim: Claim) -> Command:
+        """The command job's command, if this manager runs command jobs."""
+        if not self.commands:
+            queue = self.queue
+            why = f"the queue {queue.path} is shared" if queue.shared else "it was told not to (--no-commands)"
+            raise UnknownCallable(
+                f"this manager does not run command jobs ({why}); "
+                "start one with --commands to allow them, then `forkvisor retry` the job"
+            )
+        return Command.of(claim.spec)
 
     def _identity(self, claim: Claim) -> privileges.Identity | None:
         """Whom the job runs as with --run-as-submitter: the member who submitted it, or for

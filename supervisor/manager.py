@@ -45,6 +45,7 @@ from supervisor.notify import Notifier
 from supervisor.running import Running
 from supervisor.served import Served
 from supervisor.settings import Settings, for_queue
+from supervisor.spawner import Spawner
 from supervisor.titles import Role, set_title
 from supervisor.wakeups import Wakeups
 
@@ -89,16 +90,19 @@ class Manager:
         self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # what was given, checked
         check_root(options.run_as_submitter)
         caps = _caps(opened, queue_concurrency or {})
+        own = [for_queue(queue, settings) for queue in opened]  # each queue's settings
+        spawner = Spawner.find() if any(each.commands for each in own) else None
         several = len(opened) > 1  # then log lines say which queue a job came from
         self.served = tuple(
             Served(
                 index,
                 queue,
                 self.registry,
-                for_queue(queue, settings),
+                own[index],
                 caps.get(index),
                 self.request_drain,
                 label=str(queue.path) if several else "",
+                spawner=spawner,
             )
             for index, queue in enumerate(opened)
         )

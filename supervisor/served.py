@@ -23,6 +23,7 @@ from supervisor.launch import Launcher
 from supervisor.leftovers import Leftovers
 from supervisor.outcomes import Outcomes
 from supervisor.settings import Settings
+from supervisor.spawner import Spawner
 from supervisor.tenancy import Tenancy
 from supervisor.wakeups import News
 
@@ -42,11 +43,13 @@ class Served:
         cap: int | None,
         request_drain: Callable[[str], None],
         label: str = "",
+        spawner: Spawner | None = None,
     ) -> None:
         """`settings` are the manager's with this queue's own filled in (`settings.for_queue`);
         `cap`, if given, bounds the manager's children running this queue's jobs;
         `request_drain` drains the whole manager (a drain file, a replaced folder); `label`
-        names the queue in the log lines about its jobs (where the manager serves several)."""
+        names the queue in the log lines about its jobs (where the manager serves several);
+        `spawner`, if given, starts its command jobs without a fork."""
         self.index = index
         self.queue = queue
         self.settings = settings
@@ -55,7 +58,7 @@ class Served:
         self.health = StoreHealth()
         self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health)
         self.outcomes = Outcomes(queue, self.health, label)
-        self.launcher = Launcher(queue, registry, settings.commands, settings.run_as_submitter, index, label)
+        self.launcher = Launcher(queue, registry, settings.commands, settings.run_as_submitter, index, label, spawner)
         self.sweeper = sweeper.SweeperChild(
             queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
         )

@@ -1,0 +1,162 @@
+"""Command jobs: `true` through forkvisor, against a fork+exec loop with the same cap.
+
+    python -m benchmarks.commands [--jobs N] [--rounds R] [--concurrency 2] [--full] [--dir DIR]
+
+For each concurrency cap, in interleaved rounds (the order alternates between
+rounds), this process runs:
+
+- the reference, `seq N | xargs -P CAP -n 1 true`: a plain fork+exec loop with
+  the same cap, no queue and no records (what the issue compares with),
+- forkvisor, plain and durable, with its command jobs spawned (the default where
+  `setpriv` has `--pdeathsig`, see supervisor/spawner.py) and forked (the way
+  they are started without it, and for jobs run as their submitter):
+  `Manager(queue, concurrency=cap).run(burst=True)` in this very process, on a
+  queue filled with `enqueue_many` BEFORE the timed window.
+
+Reported: jobs/s (median and spread), each forkvisor form's ratio to the
+reference measured in the same round, and the manager's own CPU and minor page
+faults per job (a fork makes the manager's pages copy-on-write: each it writes
+afterwards faults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+from benchmarks.throughput import Series, paired_ratios
+from jobs import Queue, command_call
+from supervisor import Manager
+
+TARGET_RATIO = 0.5  # command jobs at concurrency 2 against the fork+exec loop
+TRUE = shutil.which("true") or "true"
+
+
+def run_xargs(folder: Path, jobs: int, cap: int) -> common.Timed:
+    del folder
+    numbers = "".join(f"{n}\n" for n in range(jobs))
+    cpu, children = common.cpu_self(), common.cpu_children()
+    started = time.perf_counter()
+    subprocess.run(["xargs", "-P", str(cap), "-n", "1", TRUE], input=numbers, text=True, check=True)
+    wall = time.perf_counter() - started
+    return common.Timed(wall, common.cpu_self() - cpu, common.cpu_children() - children, 0)
+
+
+def run_forkvisor(folder: Path, jobs: int, cap: int, durable: bool, spawned: bool) -> common.Timed:
+    queue = Queue(folder, durable=durable)
+    queue.enqueue_many([command_call([TRUE])] * jobs)  # before the timed window
+    common.sync_filesystem(folder)
+    manager = Manager(queue, concurrency=cap)
+    if not spawned:
+        for served in manager.served:
+            served.launcher.spawner = None
+    elif manager.served[0].launcher.spawner is None:
+        raise SystemExit("this host cannot spawn command jobs (no setpriv with --pdeathsig): nothing to compare")
+    run = common.timed(lambda: manager.run(burst=True))
+    done = queue.counts()["done"]
+    if done != jobs:
+        raise SystemExit(f"forkvisor finished {done} of {jobs} command jobs")
+    return run
+
+
+Contender = Callable[[Path, int, int], common.Timed]
+FORMS = [(durable, spawned) for durable in (False, True) for spawned in (True, False)]
+
+
+def _form(durable: bool, spawned: bool) -> str:
+    return f"{'spawned' if spawned else 'forked'} {'durable' if durable else 'plain'}"
+
+
+def contenders() -> dict[str, Contender]:
+    found: dict[str, Contender] = {"xargs": run_xargs}
+    for durable, spawned in FORMS:
+        found[_form(durable, spawned)] = lambda f, j, c, d=durable, s=spawned: run_forkvisor(f, j, c, d, s)
+    return found
+
+
+def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[int, dict[str, Series]]:
+    found: dict[int, dict[str, Series]] = {}
+    with common.scratch(root, "commands") as scratch:
+        for round_number in range(rounds):
+            for cap in caps:
+                config = found.setdefault(cap, {})
+                order = list(contenders().items())
+                for name, run in order if round_number % 2 == 0 else reversed(order):
+                    folder = scratch / f"{name.replace(' ', '-')}-c{cap}-{round_number}"
+                    config.setdefault(name, Series()).add(jobs, run(folder, jobs, cap))
+    return found
+
+
+def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[str, Any]:
+    rows, results = [], {}
+    for cap, config in found.items():
+        reference = config["xargs"]
+        results[f"c{cap}"] = entry = {"xargs_jobs_per_s": common.summary(reference.rates)}
+        rows.append([f"c{cap}", "xargs -P", common.spread_text(reference.rates), "1", "", ""])
+        for durable, spawned in FORMS:
+            name = _form(durable, spawned)
+            series = config[name]
+            ratios = paired_ratios(series, reference)
+            key = name.replace(" ", "_")
+            entry[f"{key}_jobs_per_s"] = common.summary(series.rates)
+            entry[f"{key}_ratio_vs_xargs"] = common.summary(ratios)
+            entry[f"{key}_manager_cpu_us_per_job"] = common.summary(series.cpu_per_job_us)
+            entry[f"{key}_manager_minor_faults_per_job"] = common.summary(series.faults_per_job)
+            rows.append(
+                [
+                    f"c{cap}",
+                    f"forkvisor {name}",
+                    common.spread_text(series.rates),
+                    common.spread_text(ratios, 2),
+                    f"{common.median(series.cpu_per_job_us):,.0f}",
+                    f"{common.median(series.faults_per_job):,.0f}",
+                ]
+            )
+    common.print_table(
+        f"Command jobs (`true`): {jobs} per run, {rounds} interleaved rounds; median [min-max]. Jobs enqueued "
+        "BEFORE the timed window.\nratio = jobs/s against xargs in the same round; cpu = the manager's own CPU "
+        "(us per job); flt = its minor page faults per job.",
+        ["cap", "who", "jobs/s", "ratio", "cpu", "flt"],
+        rows,
+    )
+    return results
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, bool]:
+    """The issue's target: at concurrency 2, command jobs at least 0.5 of the fork+exec loop."""
+    return {
+        f"c2 {form} >= {TARGET_RATIO} x xargs": results["c2"][f"{form.replace(' ', '_')}_ratio_vs_xargs"]["median"]
+        >= TARGET_RATIO
+        for form in (_form(False, True), _form(True, True))
+        if "c2" in results
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_common_options(parser)
+    parser.add_argument("--jobs", type=int, help="jobs per run (default 1000, --full 3000)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3, --full 5)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[2])
+    args = parser.parse_args(argv)
+    root = common.choose_root(args.dir)
+    common.announce("commands", root)
+    jobs = args.jobs or (3000 if args.full else 1000)
+    rounds = args.rounds or (5 if args.full else 3)
+    results: dict[str, Any] = report(measure(root, jobs, rounds, args.concurrency), jobs, rounds)
+    results["targets"] = verdicts(results)
+    results["jobs_per_run"], results["rounds"] = jobs, rounds
+    for target, met in results["targets"].items():
+        print(f"target {target}: {'met' if met else 'MISSED'}")
+    common.emit_json("commands", root, results)
+    return results
+
+
+if __name__ == "__main__":
+    main()

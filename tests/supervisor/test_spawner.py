@@ -1,0 +1,115 @@
+"""Command jobs spawned without a fork (supervisor/spawner.py): the same set-up as a
+forked child (folder, environment, stdin, signals, process group), death with the
+manager, and the helper's check that its manager still lives."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jobs import Queue, State, command_call
+from supervisor.manager import Manager
+from supervisor.spawner import Spawner
+from tests.processes import Processes, dump, is_gone, outcome, read_pid, settle, wait_until
+
+PROBE = "; ".join(
+    [
+        "pwd",
+        'echo "$FORKVISOR_JOB_ID $FORKVISOR_ATTEMPT"',
+        "readlink /proc/$$/fd/0",
+        "grep ^SigIgn /proc/$$/status",
+        "grep ^SigBlk /proc/$$/status",
+        "ps -o pgid= -p $$",
+        "echo $$",
+    ]
+)
+GLIBC_INTERNAL = (1 << 31) | (1 << 32)  # signals 32 and 33: see SPAWN_DEFAULTS in supervisor/forking.py
+
+
+@pytest.fixture
+def spawner() -> Spawner:
+    found = Spawner.find()
+    if found is None:
+        pytest.skip("this host has no setpriv with --pdeathsig (util-linux 2.33+): command jobs are forked")
+    return found
+
+
+def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawned: bool) -> list[str]:
+    [job_id] = queue.enqueue_many([command_call(["sh", "-c", PROBE], cwd=str(tmp_path))])
+    manager = procs.manager(queue, start=False)
+    for served in manager.served:
+        served.launcher.spawner = served.launcher.spawner if spawned else None
+    assert (manager.served[0].launcher.spawner is not None) == spawned
+    manager.start()
+    settle(manager, queue, [job_id])
+    found = queue.job(job_id)
+    assert found.state is State.DONE, dump(found)
+    return (found.history[-1].path / "stdout").read_text().split("\n")
+
+
+@pytest.mark.parametrize("spawned", [True, False], ids=["spawned", "forked"])
+def test_a_command_job_starts_as_a_forked_one_would(
+    procs: Processes, queue: Queue, tmp_path: Path, spawner: Spawner, spawned: bool
+) -> None:
+    folder, ids, stdin, ignored, blocked, group, pid = run_probe(procs, queue, tmp_path, spawned)[:7]
+    assert folder == str(tmp_path)
+    assert ids.split()[1] == "1"
+    assert stdin == "/dev/null"
+    ignored_mask = int(ignored.split()[1], 16)
+    assert ignored_mask & ~GLIBC_INTERNAL == 0, f"signals ignored: {ignored}"  # SIGPIPE, SIGXFSZ are in Python
+    assert int(blocked.split()[1], 16) == 0, f"signals blocked: {blocked}"
+    assert group.strip() == pid, "the job is not the leader of its own process group"
+
+
+def test_a_spawned_job_dies_with_its_manager(procs: Processes, queue: Queue, barriers: Path, spawner: Spawner) -> None:
+    pid_file = barriers / "pid"
+    job_id = queue.enqueue_command(
+        ["sh", "-c", f"echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300"]
+    )
+    manager = procs.run_manager(queue, "--commands")
+    wait_until(pid_file.exists, 10, "the command job started")
+    job_pid = read_pid(pid_file)
+    assert read_pid(queue.job(job_id).history[-1].path / "pid") == job_pid, "the pid file names the spawned process"
+    manager.send_signal(signal.SIGKILL)
+    assert procs.wait_exit(manager, 5, "SIGKILLed manager") == -signal.SIGKILL
+    wait_until(lambda: is_gone(job_pid), 5, f"the spawned job {job_pid} died with its manager")
+
+
+def test_the_helper_runs_nothing_once_its_manager_is_gone(tmp_path: Path, spawner: Spawner) -> None:
+    marker = tmp_path / "ran"
+    not_the_parent = 1  # what getppid() says once the manager died and the helper was reparented
+    done = subprocess.run(spawner.argv(not_the_parent, None, ("touch", str(marker))), check=False)
+    assert done.returncode == 71
+    assert not marker.exists()
+
+
+def test_a_folder_that_cannot_be_entered_is_a_clear_error(procs: Processes, queue: Queue, tmp_path: Path) -> None:
+    [job_id] = queue.enqueue_many([command_call(["true"], cwd=str(tmp_path / "gone"))])
+    manager = procs.manager(queue)
+    settle(manager, queue, [job_id], timeout=30)
+    found = queue.job(job_id)
+    assert found.state is State.DEAD, dump(found)
+    assert outcome(found)["exit_code"] == 126
+    assert found.error is not None
+    assert found.error["type"] == "CannotRun"
+    assert "cannot run 'true'" in found.error["message"] or "cannot enter" in found.error["message"]
+
+
+def test_a_manager_without_command_jobs_does_not_look_for_the_helpers(queue: Queue) -> None:
+    manager = Manager(queue, commands=False)
+    assert all(served.launcher.spawner is None for served in manager.served)
+
+
+def test_a_relative_folder_is_the_managers_and_ignores_cdpath(
+    procs: Processes, queue: Queue, tmp_path: Path, spawner: Spawner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "here" / "work").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "work").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "here")
+    [job_id] = queue.enqueue_many([command_call(["pwd"], cwd="work", env={"CDPATH": str(tmp_path / "elsewhere")})])
+    settle(procs.manager(queue), queue, [job_id])
+    found = queue.job(job_id)
+    assert (found.history[-1].path / "stdout").read_text() == f"{tmp_path / 'here' / 'work'}\n", dump(found)

@@ -1,0 +1,38 @@
+"""The benchmarks a newcomer runs in one command still run (tiny sizes: a smoke test,
+not a measurement; the figures are in docs/PERFORMANCE.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import commands, common, spawning
+from supervisor.spawner import Spawner
+from tests.processes import Processes
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Path:
+    if common.filesystem_type(tmp_path) in common.MEMORY_FILESYSTEMS:
+        pytest.skip(f"{tmp_path} is in memory: the benchmarks refuse it")
+    return tmp_path
+
+
+@pytest.fixture
+def spawner() -> Spawner:
+    found = Spawner.find()
+    if found is None:
+        pytest.skip("no setpriv with --pdeathsig here: the spawned forms cannot run")
+    return found
+
+
+def test_the_command_jobs_benchmark_runs(procs: Processes, disk: Path, spawner: Spawner) -> None:
+    results = commands.main(["--dir", str(disk), "--jobs", "20", "--rounds", "1"])
+    assert results["c2"]["spawned_plain_jobs_per_s"]["median"] > 0
+    assert set(results["targets"]) == {"c2 spawned plain >= 0.5 x xargs", "c2 spawned durable >= 0.5 x xargs"}
+
+
+def test_the_spawning_benchmark_runs(procs: Processes, spawner: Spawner, capsys: pytest.CaptureFixture[str]) -> None:
+    spawning.main(["--jobs", "20", "--rounds", "1"])
+    assert "spawn + setpriv + sh" in capsys.readouterr().out
