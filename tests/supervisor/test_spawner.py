@@ -4,13 +4,16 @@ manager, and the helper's check that its manager still lives."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jobs import Queue, State, command_call
+from supervisor import forking
 from supervisor.manager import Manager
 from supervisor.spawner import Spawner
 from tests.processes import Processes, dump, is_gone, outcome, read_pid, settle, wait_until
@@ -113,3 +116,32 @@ def test_a_relative_folder_is_the_managers_and_ignores_cdpath(
     settle(procs.manager(queue), queue, [job_id])
     found = queue.job(job_id)
     assert (found.history[-1].path / "stdout").read_text() == f"{tmp_path / 'here' / 'work'}\n", dump(found)
+
+
+def test_a_manager_killed_right_after_a_spawn_leaves_no_program_running(procs: Processes, spawner: Spawner) -> None:
+    """A parent that exits the moment each spawn returns, often before the helper has armed
+    the parent-death signal: a program that started before it died is killed with it,
+    and one whose helper came too late never starts (the check). None may live on."""
+
+    def spawn_and_die() -> int:
+        argv = spawner.argv(os.getpid(), None, ("sleep", "60"))
+        os.posix_spawn(argv[0], argv, os.environ)
+        return 0  # and the child exits at once (forking.start_child)
+
+    for _ in range(200):
+        parent = forking.start_child(spawn_and_die)
+        os.waitpid(parent, 0)
+    wait_until(lambda: not reap_orphans(), 10, "no spawned program outlived its parent")
+
+
+def reap_orphans() -> list[int]:
+    """Reap the helpers reparented to this process (a subreaper in tests); the pids still running."""
+    alive = []
+    for child in psutil.Process().children():
+        try:
+            pid, _ = os.waitpid(child.pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        if pid == 0:
+            alive.append(child.pid)
+    return alive
