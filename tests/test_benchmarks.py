@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, spawning
+from benchmarks import commands, common, heavy, spawning
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -36,3 +36,9 @@ def test_the_command_jobs_benchmark_runs(procs: Processes, disk: Path, spawner: 
 def test_the_spawning_benchmark_runs(procs: Processes, spawner: Spawner, capsys: pytest.CaptureFixture[str]) -> None:
     spawning.main(["--jobs", "20", "--rounds", "1"])
     assert "spawn + setpriv + sh" in capsys.readouterr().out
+
+
+def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
+    results = heavy.main(["--dir", str(disk), "--mb", "8", "--jobs", "10", "--rounds", "1"])
+    assert results["buffer"]["forkvisor_jobs_per_s"]["median"] > 0
+    assert results["objects"]["forkvisor_frozen_jobs_per_s"]["median"] > 0
