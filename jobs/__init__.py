@@ -50,6 +50,7 @@ from jobs.config import BUILT_IN as _BUILT_IN
 from jobs.config import SETTINGS as QUEUE_SETTINGS
 from jobs.config import TMP_AGE
 from jobs.config import checked as check_setting
+from jobs.context import Current, NotInJob, current
 from jobs.errors import (
     ArgumentNotSerializable,
     BadArguments,
@@ -104,6 +105,7 @@ __all__ = [
     "Claim",
     "ClaimLost",
     "Command",
+    "Current",
     "Functions",
     "InternalError",
     "InvalidJob",
@@ -117,6 +119,7 @@ __all__ = [
     "Liveness",
     "MoveCollision",
     "NotFinished",
+    "NotInJob",
     "Owner",
     "OwnerFolder",
     "Paused",
@@ -138,6 +141,7 @@ __all__ = [
     "WrongState",
     "check_setting",
     "command_call",
+    "current",
     "format_duration",
     "format_size",
     "is_job_id",

@@ -30,6 +30,8 @@ from jobs.handles import open_below
 RESULT_FILE = "result.json"
 ERROR_FILE = "error.json"
 PID_FILE = "pid"
+PROGRESS_FILE = "progress.json"  # what the job says of its progress (`jobs.current().progress`)
+MAX_PROGRESS_BYTES = 4096
 OUTPUT_FILES = ("stdout", "stderr")
 MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
@@ -106,6 +108,21 @@ def tail(run: int, name: str, size: int) -> str:
         return ""
     finally:
         os.close(fd)
+
+
+def write_progress(run: int, data: bytes) -> None:
+    """Replace the run's progress record, with the mode its output files have (the queue's)."""
+    mode = os.stat(OUTPUT_FILES[0], dir_fd=run, follow_symlinks=False).st_mode & 0o666
+    files.replace_file(PROGRESS_FILE, data, durable=False, mode=mode, dir_fd=run)
+
+
+def read_progress(run: int) -> dict[str, Any] | None:
+    """The run's last progress record; None if it wrote none (or not one we can read)."""
+    try:
+        found = document.read(PROGRESS_FILE, MAX_PROGRESS_BYTES, PROGRESS_FILE, run)
+    except (FileNotFoundError, InvalidJob):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def read_pid(run: int) -> tuple[int, float] | None:

@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from jobs import fate, files, incoming, run_folder, sweep, view, waiting
 from jobs import pause as pause_file
@@ -56,6 +56,9 @@ from jobs.submit import Call, Publisher, Submitter
 from jobs.view import OwnerFolder
 
 log = logging.getLogger(__name__)
+
+
+_T = TypeVar("_T")
 
 
 class Queue:
@@ -381,12 +384,19 @@ class Queue:
 
     def run_pid(self, job: Job) -> tuple[int, float] | None:
         """The pid of the job's newest run's child, and when it started; None if unknown."""
+        return self._newest_run(job, run_folder.read_pid)
+
+    def run_progress(self, job: Job) -> dict[str, Any] | None:
+        """What the job's newest run last said of its progress (`jobs.current().progress`)."""
+        return self._newest_run(job, run_folder.read_progress)
+
+    def _newest_run(self, job: Job, read: Callable[[int], _T | None]) -> _T | None:
         if not job.history:
             return None
         try:
             _, place = view.locate(self.folder, job.id)
             with place.dir.sub(f"{place.name}/attempt-{job.history[-1].number}") as run:
-                return run_folder.read_pid(run.fd)
+                return read(run.fd)
         except (OSError, JobsError):
             return None
 

@@ -7,8 +7,9 @@ Its exit status is the protocol (see `forking`): 0 success, 100 cannot be
 completed, anything else a failed attempt. An exception is recorded in the
 attempt's `error.json` with its traceback, for the manager to put into the outcome.
 
-Both kinds see FORKVISOR_QUEUE, FORKVISOR_JOB_ID, FORKVISOR_ATTEMPT and
-FORKVISOR_ATTEMPT_DIR in their environment (and so do programs they start).
+Both kinds see FORKVISOR_QUEUE, FORKVISOR_JOB_ID, FORKVISOR_ATTEMPT,
+FORKVISOR_ATTEMPT_DIR and FORKVISOR_FUNCTION in their environment (and so do
+programs they start): `jobs.current()` reads them.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ def job_environment(claim: Claim) -> dict[str, str]:
         "FORKVISOR_JOB_ID": claim.job_id,
         "FORKVISOR_ATTEMPT": str(claim.attempt),
         "FORKVISOR_ATTEMPT_DIR": attempt,
+        "FORKVISOR_FUNCTION": claim.spec.function,
     }
 
 

@@ -64,6 +64,7 @@ class RunningJob:
     pid: int | None
     cpu: float | None  # seconds of CPU, whole process tree (this host only)
     rss: int | None  # bytes resident, whole process tree (this host only)
+    progress: dict[str, Any] | None = None  # what the job last said (`jobs.current().progress`)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,10 @@ def _running_jobs(
         age = None if started is None else max(0.0, now - started)
         limit = queue.effective_policy(job, served).max_attempts
         what = describe(job)
-        found.append(RunningJob(job.id, job.function, what, job.attempts, limit, owner.name, age, pid, cpu, rss))
+        progress = queue.run_progress(job)
+        found.append(
+            RunningJob(job.id, job.function, what, job.attempts, limit, owner.name, age, pid, cpu, rss, progress)
+        )
     return found
 
 

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import tenacity
 
-from jobs import CannotComplete, Registry
+from jobs import CannotComplete, Registry, current
 
 registry = Registry()
 
@@ -253,6 +253,38 @@ def count_live(live: str, release: str) -> int:
     wait_for_file(Path(release, pid))
     os.unlink(Path(live, pid))
     return seen
+
+
+@registry.job(name="sample.who_am_i")
+def who_am_i() -> dict[str, Any]:
+    """What `jobs.current()` says inside the job."""
+    found = current()
+    return {
+        "job_id": found.job_id,
+        "attempt": found.attempt,
+        "function": found.function,
+        "queue": str(found.queue_path),
+        "run": str(found.run_path),
+    }
+
+
+@registry.job(name="sample.progress_then_wait")
+def progress_then_wait(ready: str, release: str, total: int = 10) -> int:
+    """Say 3 of `total` done, announce, wait for `release`, then count to the end in a
+    tight loop (every call but the last is rate-limited away)."""
+    found = current()
+    found.progress(3, total, "three done")
+    announce(ready)
+    wait_for_file(release)
+    for done in range(3, total + 1):
+        found.progress(done, total, "counting")
+    return total
+
+
+@registry.job(name="sample.follow_up")
+def follow_up(value: Any) -> str:
+    """Enqueue a `sample.ok` job into this job's own queue; return its id."""
+    return current().queue.enqueue(ok, value)
 
 
 next_release = Registry()

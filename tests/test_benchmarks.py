@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, heavy, spawning
+from benchmarks import commands, common, heavy, progress, spawning
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -42,3 +42,8 @@ def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
     results = heavy.main(["--dir", str(disk), "--mb", "8", "--jobs", "10", "--rounds", "1"])
     assert results["buffer"]["forkvisor_jobs_per_s"]["median"] > 0
     assert results["objects"]["forkvisor_frozen_jobs_per_s"]["median"] > 0
+
+
+def test_the_progress_benchmark_runs(disk: Path) -> None:
+    results = progress.main(["--dir", str(disk), "--calls", "1000"])
+    assert results["progress_us"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import grp
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from supervisor.cli.common import (
     open_queue,
     positive_duration,
     print_json,
+    progress_text,
     stderr_is_terminal,
     terminal_state,
 )
@@ -248,7 +250,8 @@ def _purge(args: argparse.Namespace) -> int:
 def _wait(args: argparse.Namespace) -> int:
     queue = open_queue(args)
     ids = _ids_from(args.jobs) if args.jobs else None  # None: every job unfinished now
-    progress = _ProgressBar() if stderr_is_terminal() else None
+    single = ids[0] if ids is not None and len(ids) == 1 else None  # a single job: its own progress
+    progress = _ProgressBar(queue, single) if stderr_is_terminal() else None
     try:
         finished = queue.wait(ids, timeout=args.timeout, progress=progress)
     finally:
@@ -268,12 +271,14 @@ def _ids_from(names: list[str]) -> list[str]:
 
 
 class _ProgressBar:
-    """One line on the terminal, redrawn in place: [#####-----] 50/100 done 48 dead 2."""
+    """One line on the terminal, redrawn in place: [#####-----] 50/100 done 48 dead 2; for a
+    single job still running, what it says of its own progress (`jobs.current().progress`)."""
 
     WIDTH = 30
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Queue | None = None, job_id: str | None = None) -> None:
         self._last = ""
+        self._queue, self._job_id = queue, job_id
 
     def __call__(self, finished: dict[str, State], pending: int) -> None:
         total = len(finished) + pending
@@ -281,10 +286,26 @@ class _ProgressBar:
         filled = self.WIDTH * len(finished) // total if total else self.WIDTH
         line = f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {len(finished)}/{total}"
         line += f" done {len(finished) - dead} dead {dead}"
+        if pending and self._queue is not None and self._job_id is not None:
+            line = self._job_line(self._queue, self._job_id) or line
         if line != self._last:
             sys.stderr.write(f"\r{line}")
             sys.stderr.flush()
             self._last = line
+
+    def _job_line(self, queue: Queue, job_id: str) -> str:
+        """The single job's own progress as a bar ("" while it says nothing)."""
+        try:
+            job = queue.job(job_id)
+        except JobsError:
+            return ""
+        said = queue.run_progress(job) if job.state is State.CLAIMED else None
+        if not said:
+            return ""
+        done, total = said.get("done"), said.get("total")
+        share = done / total if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total else 0
+        filled = max(0, min(self.WIDTH, int(self.WIDTH * share)))
+        return f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {safe(progress_text(said, time.time()))[:80]}"
 
     def close(self) -> None:
         if self._last:

@@ -231,3 +231,22 @@ def when(epoch: float | None) -> str:
 
 def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
+
+
+def progress_text(progress: dict[str, Any] | None, now: float) -> str:
+    """`3/10 (30%) resized a.png, 2s ago` from a progress record ("" for none)."""
+    if not progress:
+        return ""
+    done, total = progress.get("done"), progress.get("total")
+    if not isinstance(done, (int, float)) or isinstance(done, bool):
+        return ""
+    text = f"{done:g}"
+    if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
+        text += f"/{total:g} ({100 * done / total:.0f}%)"
+    message = progress.get("message")
+    if isinstance(message, str) and message:
+        text += f" {message}"
+    at = progress.get("at")
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        text += f", {ago(max(0.0, now - at))} ago"
+    return text

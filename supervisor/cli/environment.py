@@ -7,7 +7,7 @@ arguments (the unit's instance name, say), never taken from the environment.
 Precedence: a flag on the command line, then the environment, then the queue's
 settings (`queue.json`: lease, retention), then the built-in default. The names a
 job's child sees (`FORKVISOR_QUEUE`, `FORKVISOR_JOB_ID`, `FORKVISOR_ATTEMPT`,
-`FORKVISOR_ATTEMPT_DIR`) are never options: a manager started from inside a job
+`FORKVISOR_ATTEMPT_DIR`, `FORKVISOR_FUNCTION`) are never options: a manager started from inside a job
 does not take its parent's queue.
 """
 

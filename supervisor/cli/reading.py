@@ -24,6 +24,7 @@ from supervisor.cli.common import (
     open_queue,
     positive_duration,
     print_json,
+    progress_text,
     state,
     when,
 )
@@ -101,11 +102,14 @@ def _status_text(taken: snapshot.Snapshot) -> str:
         lines += _skipped_lines(manager)
     lines += _unserved_lines(taken)
     lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
+    now = time.time()
     for job in taken.running:
         lines.append(
             f"  {job.id}  {safe(job.what)[:40]}  attempt {job.attempt}/{job.max_attempts}  age {ago(job.age)}"
             f"  pid {job.pid or '-'}  cpu {'-' if job.cpu is None else f'{job.cpu:.2f}s'}  rss {megabytes(job.rss)}"
         )
+        if job.progress:
+            lines.append(f"    progress {safe(progress_text(job.progress, now))[:120]}")
     return "\n".join(lines)
 
 
@@ -205,15 +209,18 @@ def _show(args: argparse.Namespace) -> int:
     events = queue.events(job.id, MAX_EVENTS_BYTES)
     served = snapshot.served(queue)
     policy = snapshot.policy_of(queue, job, served)
+    progress = queue.run_progress(job) if job.state is State.CLAIMED else None
     if args.json:
-        print_json(_full(job, policy, events))
+        print_json({**_full(job, policy, events), "progress": progress})
         return 0
-    for line in _show_lines(job, policy, events, served):
+    for line in _show_lines(job, policy, events, served, progress):
         print(safe(line))  # every field a job or a member could write is escaped
     return 0
 
 
-def _show_lines(job: Job, policy: Policy, events: list[str], served: dict[str, Any]) -> list[str]:
+def _show_lines(
+    job: Job, policy: Policy, events: list[str], served: dict[str, Any], progress: dict[str, Any] | None = None
+) -> list[str]:
     spec = job.spec
     held = f" (held by {job.owner})" if job.owner else ""
     lines = [f"job       {job.id}", f"state     {job.state.value}{held}"]
@@ -238,6 +245,8 @@ def _show_lines(job: Job, policy: Policy, events: list[str], served: dict[str, A
         lines.append(f"error     {job.error.get('reason', '')}: {job.error.get('message', '')}")
     for attempt in job.history:
         lines += _attempt_lines(attempt.number, attempt.outcome)
+    if progress:
+        lines.append(f"progress  {progress_text(progress, time.time())} (run {job.history[-1].number})")
     return [*lines, "events:", *(f"  {line}" for line in events)]
 
 
