@@ -258,15 +258,26 @@ def _read_json(folder: Dir, name: str, limit: int) -> Any:
 def count(folder: QueueFolder) -> dict[str, int]:
     """Number of jobs in each state, by state name."""
     counts = {state.value: _count_subdirs(folder.at(state)) for state in State if state is not State.CLAIMED}
-    counts[State.CLAIMED.value] = 0
-    for owner in owner_dirs(folder):
-        try:
-            with owner.open() as opened:
-                counts[State.CLAIMED.value] += _count_subdirs(opened)
-        except FileNotFoundError:
-            pass  # an owner folder fenced or retired while we counted (counts are a snapshot)
+    counts[State.CLAIMED.value] = _count_claimed(folder)
     counts[State.INCOMING.value] = sum(1 for _ in entries_in(folder.at(State.INCOMING), State.INCOMING))
     return {state.value: counts[state.value] for state in State}
+
+
+def _count_claimed(folder: QueueFolder, tries: int = 3) -> int:
+    """Jobs in every owner folder. A folder renamed while we count (a sweeper fencing an
+    owner as `reaping.OWNER`) would hide its jobs: then count again, under the new names.
+    (One retired meanwhile is gone with its jobs moved on: the last try counts without it.)"""
+    for attempt in range(tries):
+        total, vanished = 0, False
+        for owner in owner_dirs(folder):
+            try:
+                with owner.open() as opened:
+                    total += _count_subdirs(opened)
+            except FileNotFoundError:
+                vanished = True
+        if not vanished or attempt == tries - 1:
+            return total
+    return total
 
 
 def _count_subdirs(folder: Dir) -> int:

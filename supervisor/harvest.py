@@ -64,21 +64,21 @@ def _outcome(running: Running, status: ExitStatus, now_wall: float, run: int | N
     }
 
 
-def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any]) -> Retry | None:
+def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any]) -> tuple[State, Retry | None]:
     """Move the job on after its attempt: done, back to ready (released by a shutdown),
-    retry later, or dead. For a scheduled retry, return (due, job id, priority): the
-    name `fail` gave it, so the manager can promote exactly that entry when due."""
+    retry later, or dead; return where it went, and for a scheduled retry (due, job id,
+    priority): the name `fail` gave it, so the manager can promote exactly that entry when due."""
     claim = running.claim
     if is_success(running, status):
         queue.complete(claim)
-        return None
+        return State.DONE, None
     if running.released:
         queue.release(claim, reason="released by the manager's shutdown")
-        return None
+        return State.READY, None
     now, delay = time.time(), claim.policy.delay(claim.attempt)
     error = outcome["error"] or {"message": status.describe()}
     state = queue.fail(claim, error, now, delay=delay, permanent=is_permanent(running, status))
-    return (now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
+    return state, ((now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None)
 
 
 def is_success(running: Running, status: ExitStatus, run: int | None = None) -> bool:

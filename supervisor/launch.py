@@ -16,7 +16,7 @@ from supervisor import forking, privileges
 from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
 from supervisor.errors import ConfigError, NoSuchUser
-from supervisor.outcomes import Outcomes, describe
+from supervisor.outcomes import Outcomes, describe, job_fields
 from supervisor.spawner import RunGone, Spawner
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,19 @@ class Launcher:
             return
         except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
             wait = children.forks.next_try - time.monotonic()
-            log.error("cannot fork for job %s: %s; putting it back, retrying in %.1fs", claim.job_id, exc, wait)
+            fields = job_fields(claim, self.queue, "released")
+            log.error(
+                "cannot fork for job %s: %s; putting it back, retrying in %.1fs",
+                claim.job_id,
+                exc,
+                wait,
+                extra={"fields": fields},
+            )
             outcomes.fork_failed(claim, exc)
             return
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            log.info("%s started as pid %d", describe(claim, self.label), pid)
+            fields = {**job_fields(claim, self.queue, "started"), "pid": pid}
+            log.info("%s started as pid %d", describe(claim, self.label), pid, extra={"fields": fields})
 
     def creator(self, claim: Claim, close_fds: list[int]) -> Callable[[], int]:
         """What starts the job's child and returns its pid; JobsError (or NoSuchUser) if the

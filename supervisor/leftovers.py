@@ -42,7 +42,12 @@ class Leftovers:
     def nothing_left(self, paused: Paused = NOT_PAUSED) -> bool:
         """For --burst: nothing claimed anywhere, nothing ready that this manager can run (a
         paused job is not: its claims gave it back, or nothing is claimed at all), nothing
-        scheduled within the horizon. A queue it cannot look at counts as not empty."""
+        scheduled within the horizon. A queue it cannot look at counts as not empty. The
+        counts are read state by state: a job a sweeper moves from claimed/ back to ready/
+        between two reads is in neither, so an empty look is confirmed by a second one."""
+        return self._looks_empty(paused) and self._looks_empty(paused)
+
+    def _looks_empty(self, paused: Paused) -> bool:
         try:
             counts = self.queue.counts()
             claimable = counts["ready"] and not paused.all and self.queue.has_claimable()

@@ -23,8 +23,9 @@ import signal
 import time
 from typing import Any
 
-from jobs import Claim, ClaimLost, JobsError, Queue
+from jobs import Claim, ClaimLost, JobsError, Queue, State
 from supervisor import forking, harvest
+from supervisor.harvest import Retry
 from supervisor.health import StoreHealth
 from supervisor.running import Running, Stop
 
@@ -100,8 +101,6 @@ class Outcomes:
         outcome = harvest.outcome_of(running, status, ended)
         if not self._record(running, status, outcome, report=True):
             self._stranded.append((running, status, outcome))
-        elif log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            log.info("%s %s in %.3fs", describe(claim, self.label), _verdict(running, status), outcome["wall_time"])
 
     def retry_stranded(self) -> None:
         """Try again to record harvests that failed (disk full, say)."""
@@ -135,7 +134,12 @@ class Outcomes:
             self.queue.fail(claim, error, permanent=True)
         except (OSError, JobsError) as failure:
             log.error("cannot record why job %s cannot start: %s", claim.job_id, failure)
-        log.warning("job %s cannot run: %s", claim.job_id, exc)
+        log.warning(
+            "job %s cannot run here: %s; dead",
+            claim.job_id,
+            exc,
+            extra={"fields": job_fields(claim, self.queue, "dead")},
+        )
 
     def fork_failed(self, claim: Claim, exc: OSError) -> None:
         """The host could not fork: the job goes back, its attempt not counted."""
@@ -153,10 +157,10 @@ class Outcomes:
             log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
 
     def _record(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any], report: bool) -> bool:
-        """Record the run's outcome and move the job on; False if the store failed."""
+        """Record the run's outcome, move the job on and say so; False if the store failed."""
         try:
             self.queue.record_outcome(running.claim, outcome)
-            retry = harvest.settle(self.queue, running, status, outcome)
+            state, retry = harvest.settle(self.queue, running, status, outcome)
             self.health.worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)
@@ -174,7 +178,24 @@ class Outcomes:
             return False
         if retry is not None:
             heapq.heappush(self._retries, retry)
+        if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
+            self._say(running, status, outcome, state, retry)
         return True
+
+    def _say(
+        self,
+        running: Running,
+        status: forking.ExitStatus,
+        outcome: dict[str, Any],
+        state: State,
+        retry: Retry | None,
+    ) -> None:
+        """One line per harvested run, in the user's words, with its fields for JSON logs."""
+        claim = running.claim
+        event, words = _what_happened(running, status, outcome, state, retry)
+        fields = job_fields(claim, self.queue, event)
+        fields.update(duration=outcome["wall_time"], exit=status.describe(), state=state.value)
+        log.info("%s %s", describe(claim, self.label), words, extra={"fields": fields})
 
 
 def describe(claim: Claim, label: str = "") -> str:
@@ -183,9 +204,38 @@ def describe(claim: Claim, label: str = "") -> str:
     return f"{attempt} from {label}" if label else attempt
 
 
-def _verdict(running: Running, status: forking.ExitStatus) -> str:
-    if harvest.is_success(running, status):
-        return "succeeded"
+def job_fields(claim: Claim, queue: Queue, event: str) -> dict[str, Any]:
+    """The fields every log line about a job's run carries (JSON logs show them)."""
+    return {
+        "event": event,
+        "queue": str(queue.path),
+        "job_id": claim.job_id,
+        "function": claim.spec.function,
+        "attempt": claim.attempt,
+        "max_attempts": claim.policy.max_attempts,
+        "owner": claim.owner,
+    }
+
+
+def _what_happened(
+    running: Running, status: forking.ExitStatus, outcome: dict[str, Any], state: State, retry: Retry | None
+) -> tuple[str, str]:
+    """The event (succeeded, released, retrying, dead) and what happened, in the user's words."""
+    took = f"{outcome['wall_time']:.3f}s"
+    if state is State.DONE:
+        return "succeeded", f"succeeded in {took}"
     if running.released:
-        return f"released ({status.describe()} by a drain; attempt not counted)"
-    return f"failed ({running.stopped.value if running.stopped else status.describe()})"
+        return "released", f"released after {took} ({status.describe()} by a drain; attempt not counted)"
+    error = outcome.get("error") or {}
+    if error.get("type") == "CannotComplete" or status.code == forking.EXIT_CANNOT_COMPLETE:
+        why = error.get("message") or status.describe()
+        return "dead", f"cannot be completed, after {took} ({why}); dead, not retried"
+    if running.stopped is Stop.CANCELLED:
+        return "dead", f"cancelled by an operator after {took}; dead"
+    why = running.stopped.value if running.stopped else status.describe()
+    if error.get("type") and running.stopped is None and error["type"] not in ("CommandFailed", "Crashed"):
+        why += f": {error['type']}"
+    if state is State.DEAD:
+        return "dead", f"failed after {took} ({why}); dead, its {running.claim.attempt} attempt(s) used up"
+    when = "now" if retry is None else f"in {max(0.0, retry[0] - time.time()):.1f}s"
+    return "retrying", f"failed after {took} ({why}); retrying {when}"

@@ -50,7 +50,24 @@ def add_command(
 ) -> Parser:
     command: Parser = commands.add_parser(name, help=text, description=text)
     command.set_defaults(command=handler, command_name=name)
+    add_log_options(command, default=argparse.SUPPRESS)  # also after the command: `run Q --log-format json`
     return command
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_STYLES = ("json", "short", "text")
+
+
+def add_log_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """--log-level, --log-format and --log-file, before the command or after it (there with
+    `default=SUPPRESS`, so an option given before is not reset)."""
+    group = parser.add_argument_group("logging") if default is argparse.SUPPRESS else parser
+    group.add_argument("--log-level", choices=LOG_LEVELS, default=default, help="INFO for run and demo, else WARNING")
+    style = "text" if default is None else default
+    group.add_argument("--log-format", choices=LOG_STYLES, default=style, help="text (default), short or json")
+    group.add_argument(
+        "--log-file", metavar="PATH", default=default, help="append the log here, not to stderr (reopened on SIGHUP)"
+    )
 
 
 def add_queue(command: argparse.ArgumentParser) -> None:

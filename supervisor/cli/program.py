@@ -15,10 +15,12 @@ Exit codes (also in the README):
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from jobs import (
     ArgumentNotSerializable,
@@ -44,6 +46,7 @@ from supervisor.cli.common import (
     EXIT_USAGE,
     Parser,
     UsageError,
+    add_log_options,
 )
 from supervisor.cli.text import SafeFormatter, safe
 from supervisor.errors import ConfigError, SupervisorError
@@ -51,8 +54,7 @@ from supervisor.errors import ConfigError, SupervisorError
 LOG_FORMATS = {
     "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
     "short": "%(levelname)s %(message)s",
-    "json": '{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": %(message_json)s}',
-}
+}  # and json: one object per line (JsonFormatter)
 _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], int]] = [
     (
         (UsageError, InvalidJobId, InvalidJob, ArgumentNotSerializable, BadArguments, ConfigError, UnknownCallable),
@@ -106,11 +108,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def parser() -> Parser:
     top = Parser(prog="forkvisor", description="A fork-per-job supervisor over a queue that lives in a folder.")
-    top.add_argument(
-        "--log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="INFO for run and demo, else WARNING"
-    )
-    top.add_argument("--log-format", default="text", choices=sorted(LOG_FORMATS))
-    top.add_argument("--log-file", metavar="PATH", help="append the log here, not to stderr (reopened on SIGHUP)")
+    add_log_options(top)
     top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
     commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
     for module in (serve, admin, submit, reading):
@@ -118,16 +116,29 @@ def parser() -> Parser:
     return top
 
 
-class _JsonMessageFormatter(logging.Formatter):
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (ISO 8601, UTC), level, logger, message, and the fields
+    a line about a job carries (event, queue, job_id, function, attempt, duration, exit, owner...)."""
+
     def format(self, record: logging.LogRecord) -> str:
-        record.message_json = json.dumps(record.getMessage())
-        return super().format(record)
+        stamp = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        document: dict[str, Any] = {
+            "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            document.update((key, value) for key, value in fields.items() if key not in document)
+        if record.exc_info:
+            document["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(document, default=str)
 
 
 def _configure_logging(level: str, style: str, path: str | None) -> None:
     handler: logging.Handler = logging.StreamHandler(sys.stderr) if path is None else _log_file(path)
-    formatter_class = _JsonMessageFormatter if style == "json" else SafeFormatter
-    handler.setFormatter(formatter_class(LOG_FORMATS[style]))
+    handler.setFormatter(JsonFormatter() if style == "json" else SafeFormatter(LOG_FORMATS[style]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
