@@ -38,6 +38,7 @@ from jobs.folder import (
     QueueFolder,
     filesystem_now,
 )
+from jobs.handles import Entry
 from jobs.index import ReadyIndex
 from jobs.job import (
     Job,
@@ -411,19 +412,52 @@ class Queue:
         return view.count(self.folder)
 
     def jobs(
-        self, state: State | str | None = None, function: str | None = None, limit: int | None = None
+        self,
+        state: State | str | None = None,
+        function: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> list[Job]:
-        """Jobs in one state (or all), optionally of one function, in name order."""
+        """Jobs in one state (or all), optionally of one function, in name order (claim order
+        in ready/ and scheduled/). With a `limit`, a page: the first `limit` jobs from the
+        entry named after `after` (the last page's last `job.path.name`; one state only).
+        A page reads the folder's names once and holds only the page's, so paging through
+        a million done jobs never lists them all at once."""
+        if after is not None and state is None:
+            raise ValueError("after= pages through one state: give state= too")
         states = [State(state)] if state is not None else [*State]
         found: list[Job] = []
         for current in states:
-            for place, _ in sorted(view.entries(self.folder, current), key=lambda entry: entry[0].name):
-                if limit is not None and len(found) >= limit:
+            if limit is None:
+                places = sorted(view.entries(self.folder, current), key=lambda entry: entry[0].name)
+                found += self._read_all(current, places, function)
+            else:
+                found += self._page(current, function, limit - len(found), after)
+                if len(found) >= limit:
                     return found
-                job = view.read_moving(self.folder, current, place)
+        return found
+
+    def _read_all(self, state: State, places: list[tuple[Entry, str]], function: str | None) -> list[Job]:
+        read = (view.read_moving(self.folder, state, place) for place, _ in places)
+        return [job for job in read if job is not None and (function is None or job.function == function)]
+
+    def _page(self, state: State, function: str | None, limit: int, after: str | None) -> list[Job]:
+        """Up to `limit` jobs after the entry `after`, reading more names while a function
+        filter leaves the page short (twice as many each time)."""
+        found: list[Job] = []
+        size = max(limit, 1)
+        while True:
+            chunk = view.first_entries(self.folder, state, after, size)
+            for place, _ in chunk:
+                after = place.name
+                job = view.read_moving(self.folder, state, place)
                 if job is not None and (function is None or job.function == function):
                     found.append(job)
-        return found
+                    if len(found) == limit:
+                        return found
+            if len(chunk) < size:
+                return found  # the folder has no more
+            size *= 2
 
     def wait(
         self,

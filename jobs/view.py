@@ -71,6 +71,24 @@ def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Entry, str]]:
         yield from entries_in(owner, state)
 
 
+def first_entries(folder: QueueFolder, state: State, after: str | None, count: int) -> list[tuple[Entry, str]]:
+    """The `count` first entries of one state in name order, from the one named after `after`:
+    one pass over the names, holding only `count` of them (a page of a million-job folder)."""
+    if state is State.CLAIMED:  # spread over the owners' folders, each small
+        found = (entry for entry in entries(folder, state) if after is None or entry[0].name > after)
+        return heapq.nsmallest(count, found, key=lambda entry: entry[0].name)
+    parent = folder.at(state)
+    is_job = _is_submission if state is State.INCOMING else _is_folder
+    with parent.scandir() as listed:
+        names = (
+            entry.name
+            for entry in listed
+            if (after is None or entry.name > after) and job_id_of(state, entry.name) and is_job(entry)
+        )
+        chosen = heapq.nsmallest(count, names)
+    return [(parent / name, job_id_of(state, name) or "") for name in chosen]
+
+
 def entries_in(parent: Dir | Entry, state: State, check_dirs: bool = True) -> Iterator[tuple[Entry, str]]:
     """(place, job id) of the well-named entries of one folder of `state` (an owner's
     folder, given as an Entry, for CLAIMED); `check_dirs=False` skips the per-entry type check."""

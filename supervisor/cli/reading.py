@@ -46,6 +46,9 @@ def add_commands(commands: Commands[Parser]) -> None:
     listing.add_argument("--state", type=state, help="ready, scheduled, claimed, done or dead (default: all)")
     listing.add_argument("--function", metavar="F", help="only jobs of this function (forkvisor.command: commands)")
     listing.add_argument("--limit", type=int, default=100, metavar="N", help="at most N jobs (0: all; default 100)")
+    listing.add_argument(
+        "--after", metavar="ENTRY", help="the next page: jobs after this entry of --state (the last page's last)"
+    )
     listing.add_argument("--json", action="store_true")
 
     show = add_command(commands, "show", _show, "one job: spec, state, every attempt, error, result, events")
@@ -153,8 +156,10 @@ def _unserved_lines(taken: snapshot.Snapshot) -> list[str]:
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
+    if args.after is not None and args.state is None:
+        raise UsageError("--after pages through one state: give --state too")
     queue = open_queue(args)
-    found = queue.jobs(args.state, function=args.function, limit=args.limit or None)
+    found = queue.jobs(args.state, function=args.function, limit=args.limit or None, after=args.after)
     served = snapshot.served(queue)
     if args.json:
         print_json([_summary(job, snapshot.policy_of(queue, job, served)) for job in found])
@@ -165,7 +170,8 @@ def _list(args: argparse.Namespace) -> int:
         what = safe(snapshot.describe(job))[:width]
         print(f"{job.id}  {job.state.value:<9} {what:<{width}}  {tries}  {safe(_detail(job))}")
     if args.limit and len(found) == args.limit and sys.stderr.isatty():
-        print(f"(the first {args.limit}; --limit 0 lists all)", file=sys.stderr)
+        page = f"next page: --after {safe(found[-1].path.name)}; " if args.state else ""
+        print(f"(the first {args.limit}; {page}--limit 0 lists all)", file=sys.stderr)
     return 0
 
 
@@ -180,6 +186,7 @@ def _summary(job: Job, policy: Policy) -> dict[str, Any]:
         "created": job.created,
         "owner": job.owner,
         "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
+        "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
     }
 
 

@@ -294,3 +294,14 @@ def test_logs_follow_prints_lines_written_after_it_started(procs: Processes, tmp
     assert procs.log(follower) == "before\nafter\n"
     assert job(queue, job_id).state is State.DONE
     stop_manager(procs, manager)
+
+
+def test_list_pages_with_after(tmp_path: Path) -> None:
+    queue = new_queue(tmp_path / "queue")
+    ids = [enqueue(queue, "sample.ok", "--args", f"[{n}]") for n in range(5)]
+    first = json.loads(cli("list", queue, "--state", "ready", "--limit", "3", "--json").out)
+    second = json.loads(
+        cli("list", queue, "--state", "ready", "--limit", "3", "--json", "--after", first[-1]["entry"]).out
+    )
+    assert [job["id"] for job in first + second] == ids
+    refused(cli("list", queue, "--after", first[-1]["entry"]), 2, "--after pages through one state")
