@@ -51,9 +51,9 @@ class Current:
     function: str
     queue_path: Path
     run_path: Path  # the run's folder: QUEUE/claimed/OWNER/ID/attempt-N
-    _next_write: float = field(default=0.0, repr=False)
-    _run: int | None = field(default=None, repr=False)
-    _queue: Queue | None = field(default=None, repr=False)
+    _next_write: float = field(default=0.0, init=False, repr=False)
+    _run: int | None = field(default=None, init=False, repr=False)  # the run's folder, once opened
+    _queue: Queue | None = field(default=None, init=False, repr=False)
 
     @property
     def queue(self) -> Queue:

@@ -59,6 +59,7 @@ class Spawner:
 
     @classmethod
     def probe(cls) -> Spawner | None:
+        """Run the chain once with `true`; None (and why, in the log) if it does not work."""
         setpriv, sh = shutil.which("setpriv"), shutil.which("sh")
         if setpriv is None or sh is None:
             log.info("command jobs are forked: no %s on PATH", "setpriv" if setpriv is None else "sh")
@@ -88,15 +89,16 @@ class Spawner:
             run = run_folder.open_run(claim)
         except FileNotFoundError:
             raise RunGone(claim.job_id) from None
-        opened: list[int] = []
+        opened: list[int] = []  # stdin, stdout, stderr
         try:
+            opened.append(_above_stdio(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)))
             for name in run_folder.OUTPUT_FILES:
                 opened.append(_above_stdio(run_folder.open_output(run, name, file_mode)))
-            opened.insert(0, _above_stdio(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)))
+            stdin, stdout, stderr = opened
             # Absolute, as os.chdir would take it: sh's cd looks a relative one up in $CDPATH.
             cwd = os.path.join(os.getcwd(), command.cwd) if command.cwd else None
             argv = self.argv(os.getpid(), cwd, command.argv)
-            pid = forking.spawn(self.setpriv, argv, environment, (opened[0], opened[1], opened[2]))
+            pid = forking.spawn(self.setpriv, argv, environment, (stdin, stdout, stderr))
             try:
                 run_folder.write_pid(run, file_mode, pid)
             except OSError:
