@@ -63,8 +63,7 @@ def add_log_options(parser: argparse.ArgumentParser, default: object = None) -> 
     `default=SUPPRESS`, so an option given before is not reset)."""
     group = parser.add_argument_group("logging") if default is argparse.SUPPRESS else parser
     group.add_argument("--log-level", choices=LOG_LEVELS, default=default, help="INFO for run and demo, else WARNING")
-    style = "text" if default is None else default
-    group.add_argument("--log-format", choices=LOG_STYLES, default=style, help="text (default), short or json")
+    group.add_argument("--log-format", choices=LOG_STYLES, default=default, help="text (default), short or json")
     group.add_argument(
         "--log-file", metavar="PATH", default=default, help="append the log here, not to stderr (reopened on SIGHUP)"
     )

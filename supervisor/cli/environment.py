@@ -1,8 +1,9 @@
 """`forkvisor run`'s options from the environment, for a systemd unit's
 `EnvironmentFile=` or a container's environment: `FORKVISOR_CONCURRENCY=8`,
 `FORKVISOR_DRAIN_TIMEOUT=2m`, `FORKVISOR_BURST=yes`, `FORKVISOR_PATH=/srv/app:/srv/lib`,
-`FORKVISOR_QUEUE_CONCURRENCY=/srv/q/bulk=2,/srv/q/low=1`... The queues themselves are
-arguments (the unit's instance name, say), never taken from the environment.
+`FORKVISOR_QUEUE_CONCURRENCY=/srv/q/bulk=2,/srv/q/low=1`, `FORKVISOR_LOG_FORMAT=json`...
+The queues themselves are arguments (the unit's instance name, say), never taken from
+the environment.
 
 Precedence: a flag on the command line, then the environment, then the queue's
 settings (`queue.json`: lease, retention), then the built-in default. The names a
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from supervisor.cli.common import UsageError, positive_duration, queue_cap
+from supervisor.cli.common import LOG_LEVELS, LOG_STYLES, UsageError, positive_duration, queue_cap
 
 PREFIX = "FORKVISOR_"
 _YES, _NO = ("1", "yes", "true", "on"), ("0", "no", "false", "off")
@@ -70,6 +71,24 @@ RUN: dict[str, Callable[[str], Any]] = {
     "run_as_submitter": _flag,
 }
 """The options of `forkvisor run` that the environment may give, and how each is read."""
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def read(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return read
+
+
+LOGGING: dict[str, Callable[[str], Any]] = {
+    "log_level": _one_of(LOG_LEVELS),
+    "log_format": _one_of(LOG_STYLES),
+    "log_file": str,
+}
+"""`forkvisor run`'s logging from the environment (`FORKVISOR_LOG_FORMAT=json`...), read
+before the log is set up."""
 
 
 def fill(args: argparse.Namespace, options: Mapping[str, Callable[[str], Any]], environ: Mapping[str, str]) -> None:

@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +37,7 @@ from jobs import (
     __version__,
     storage_error,
 )
-from supervisor.cli import admin, reading, serve, submit
+from supervisor.cli import admin, environment, reading, serve, submit
 from supervisor.cli.common import (
     EXIT_ENVIRONMENT,
     EXIT_INTERNAL,
@@ -69,7 +70,10 @@ _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], i
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(list(sys.argv[1:] if argv is None else argv))
     try:
-        _configure_logging(args.log_level or getattr(args, "log_default", "WARNING"), args.log_format, args.log_file)
+        if args.command_name == "run":  # a service's logging may come from its environment too
+            environment.fill(args, environment.LOGGING, os.environ)
+        level = args.log_level or getattr(args, "log_default", "WARNING")
+        _configure_logging(level, args.log_format or "text", args.log_file)
         return int(args.command(args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -3,6 +3,7 @@ environment, then the queue's settings, then the default."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -73,3 +74,17 @@ def test_bad_queue_lists_are_refused(tmp_path: Path, arguments: list[str], messa
     for name in ("high", "low"):
         new_queue(tmp_path / name)
     refused(cli("run", *arguments, "--burst", cwd=tmp_path), 2, message)
+
+
+def test_a_services_logging_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    queue = new_queue(tmp_path / "queue")
+    enqueue(queue, "sample.ok", "--args", "[1]")
+    monkeypatch.setenv("FORKVISOR_LOG_FORMAT", "json")
+    monkeypatch.setenv("FORKVISOR_LOG_FILE", str(tmp_path / "manager.log"))
+    result = cli("run", queue, "--burst", "--app", APP, "--path", str(REPO))
+    assert result.code == 0, result
+    assert result.err == "", "the log went to the file"
+    lines = [json.loads(line) for line in (tmp_path / "manager.log").read_text().splitlines()]
+    assert any(line.get("event") == "succeeded" for line in lines), lines
+    monkeypatch.setenv("FORKVISOR_LOG_FORMAT", "xml")
+    refused(cli("run", queue, "--burst"), 2, "FORKVISOR_LOG_FORMAT='xml' in the environment")
