@@ -13,7 +13,7 @@ import heapq
 import os
 import re
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ def first_entries(folder: QueueFolder, state: State, after: str | None, count: i
         found = (entry for entry in entries(folder, state) if after is None or entry[0].name > after)
         return heapq.nsmallest(count, found, key=lambda entry: entry[0].name)
     parent = folder.at(state)
-    is_job = _is_submission if state is State.INCOMING else _is_folder
+    is_job = _is_job_entry(state)
     with parent.scandir() as listed:
         names = (
             entry.name
@@ -100,7 +100,7 @@ def entries_in(parent: Dir | Entry, state: State, check_dirs: bool = True) -> It
             return  # an owner folder fenced or retired while we looked
     else:
         base, prefix, opened = parent, "", parent
-    is_job = _is_submission if state is State.INCOMING else _is_folder
+    is_job = _is_job_entry(state)
     try:
         with opened.scandir() as found:  # types are read while the folder's handle is open
             named = [
@@ -113,6 +113,11 @@ def entries_in(parent: Dir | Entry, state: State, check_dirs: bool = True) -> It
             opened.close()
     for name, job_id in named:
         yield base / f"{prefix}{name}", job_id
+
+
+def _is_job_entry(state: State) -> Callable[[os.DirEntry[str]], bool]:
+    """What a job looks like in `state`'s folder: a submission file in incoming/, else a folder."""
+    return _is_submission if state is State.INCOMING else _is_folder
 
 
 def _is_folder(entry: os.DirEntry[str]) -> bool:

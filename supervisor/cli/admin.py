@@ -24,6 +24,7 @@ from supervisor.cli.common import (
     open_queue,
     positive_duration,
     print_json,
+    progress_share,
     progress_text,
     stderr_is_terminal,
     terminal_state,
@@ -283,8 +284,7 @@ class _ProgressBar:
     def __call__(self, finished: dict[str, State], pending: int) -> None:
         total = len(finished) + pending
         dead = sum(1 for state in finished.values() if state is State.DEAD)
-        filled = self.WIDTH * len(finished) // total if total else self.WIDTH
-        line = f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {len(finished)}/{total}"
+        line = f"{self._bar(len(finished) / total if total else 1.0)} {len(finished)}/{total}"
         line += f" done {len(finished) - dead} dead {dead}"
         if pending and self._queue is not None and self._job_id is not None:
             line = self._job_line(self._queue, self._job_id) or line
@@ -302,10 +302,11 @@ class _ProgressBar:
         said = queue.run_progress(job) if job.state is State.CLAIMED else None
         if not said:
             return ""
-        done, total = said.get("done"), said.get("total")
-        share = done / total if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total else 0
-        filled = max(0, min(self.WIDTH, int(self.WIDTH * share)))
-        return f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {safe(progress_text(said, time.time()))[:80]}"
+        return f"{self._bar(progress_share(said) or 0.0)} {safe(progress_text(said, time.time()))[:80]}"
+
+    def _bar(self, share: float) -> str:
+        filled = int(self.WIDTH * share)
+        return f"[{'#' * filled}{'-' * (self.WIDTH - filled)}]"
 
     def close(self) -> None:
         if self._last:

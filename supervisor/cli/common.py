@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 from jobs import Backoff, InvalidJob, JobOptions, Queue, State, format_duration, parse_duration, parse_size
 
@@ -55,7 +55,11 @@ def add_command(
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_STYLES = ("json", "short", "text")
+TEXT_LOG_FORMATS = {
+    "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    "short": "%(levelname)s %(message)s",
+}
+LOG_STYLES = ("json", *sorted(TEXT_LOG_FORMATS))  # json: one object per line (program.JsonFormatter)
 
 
 def add_log_options(parser: argparse.ArgumentParser, default: object = None) -> None:
@@ -249,20 +253,29 @@ def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def progress_share(progress: dict[str, Any]) -> float | None:
+    """How far a progress record says the job is (0 to 1), None if it names no end."""
+    done, total = progress.get("done"), progress.get("total")
+    if not _number(done) or not _number(total) or total <= 0:
+        return None
+    return max(0.0, min(1.0, done / total))
+
+
 def progress_text(progress: dict[str, Any] | None, now: float) -> str:
     """`3/10 (30%) resized a.png, 2s ago` from a progress record ("" for none)."""
-    if not progress:
-        return ""
-    done, total = progress.get("done"), progress.get("total")
-    if not isinstance(done, (int, float)) or isinstance(done, bool):
+    if not progress or not _number(done := progress.get("done")):
         return ""
     text = f"{done:g}"
-    if isinstance(total, (int, float)) and not isinstance(total, bool) and total > 0:
-        text += f"/{total:g} ({100 * done / total:.0f}%)"
+    if (share := progress_share(progress)) is not None:
+        text += f"/{progress['total']:g} ({100 * share:.0f}%)"
     message = progress.get("message")
     if isinstance(message, str) and message:
         text += f" {message}"
-    at = progress.get("at")
-    if isinstance(at, (int, float)) and not isinstance(at, bool):
+    if _number(at := progress.get("at")):
         text += f", {ago(max(0.0, now - at))} ago"
     return text
+
+
+def _number(value: object) -> TypeGuard[float]:
+    """A JSON number (not true or false, which Python counts as ints)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

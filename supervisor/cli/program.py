@@ -45,6 +45,7 @@ from supervisor.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_TIMEOUT,
     EXIT_USAGE,
+    TEXT_LOG_FORMATS,
     Parser,
     UsageError,
     add_log_options,
@@ -52,10 +53,6 @@ from supervisor.cli.common import (
 from supervisor.cli.text import SafeFormatter, safe
 from supervisor.errors import ConfigError, SupervisorError
 
-LOG_FORMATS = {
-    "text": "%(asctime)s %(levelname)s %(name)s: %(message)s",
-    "short": "%(levelname)s %(message)s",
-}  # and json: one object per line (JsonFormatter)
 _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], int]] = [
     (
         (UsageError, InvalidJobId, InvalidJob, ArgumentNotSerializable, BadArguments, ConfigError, UnknownCallable),
@@ -142,7 +139,7 @@ class JsonFormatter(logging.Formatter):
 
 def _configure_logging(level: str, style: str, path: str | None) -> None:
     handler: logging.Handler = logging.StreamHandler(sys.stderr) if path is None else _log_file(path)
-    handler.setFormatter(JsonFormatter() if style == "json" else SafeFormatter(LOG_FORMATS[style]))
+    handler.setFormatter(JsonFormatter() if style == "json" else SafeFormatter(TEXT_LOG_FORMATS[style]))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 

@@ -23,10 +23,12 @@ PROBE = "; ".join(
         "pwd",
         'echo "$FORKVISOR_JOB_ID $FORKVISOR_ATTEMPT"',
         "readlink /proc/$$/fd/0",
-        "grep ^SigIgn /proc/$$/status",
-        "grep ^SigBlk /proc/$$/status",
         "ps -o pgid= -p $$",
         "echo $$",
+        'for fd in /proc/$$/fd/*; do readlink "$fd" || :; done',  # the shell's descriptors' targets
+        # Last, as the program itself: a shell blocks every signal while it waits for a child,
+        # so the job's signal state is read by what it execs, not by a child of the shell.
+        'exec grep -E "^Sig(Blk|Ign)" /proc/self/status',
     ]
 )
 GLIBC_INTERNAL = (1 << 31) | (1 << 32)  # signals 32 and 33: see SPAWN_DEFAULTS in supervisor/forking.py
@@ -40,31 +42,41 @@ def spawner() -> Spawner:
     return found
 
 
-def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawned: bool) -> list[str]:
+def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawned: bool) -> tuple[list[str], set[str]]:
+    """The probe's output lines, and what the manager's own descriptors (wakeup pipe,
+    selector, inotify) point to, for the job's to be compared with."""
     [job_id] = queue.enqueue_many([command_call(["sh", "-c", PROBE], cwd=str(tmp_path))])
     manager = procs.manager(queue, start=False)
     for served in manager.served:
         served.launcher.spawner = served.launcher.spawner if spawned else None
     assert (manager.served[0].launcher.spawner is not None) == spawned
     manager.start()
+    own = {os.readlink(f"/proc/self/fd/{fd}") for fd in manager.wakeups.fds}
     settle(manager, queue, [job_id])
     found = queue.job(job_id)
     assert found.state is State.DONE, dump(found)
-    return (found.history[-1].path / "stdout").read_text().split("\n")
+    return (found.history[-1].path / "stdout").read_text().splitlines(), own
 
 
 @pytest.mark.parametrize("spawned", [True, False], ids=["spawned", "forked"])
 def test_a_command_job_starts_as_a_forked_one_would(
     procs: Processes, queue: Queue, tmp_path: Path, spawner: Spawner, spawned: bool
 ) -> None:
-    folder, ids, stdin, ignored, blocked, group, pid = run_probe(procs, queue, tmp_path, spawned)[:7]
+    lines, manager_side = run_probe(procs, queue, tmp_path, spawned)
+    assert len(lines) >= 7, lines
+    folder, ids, stdin, group, pid, *targets, blocked, ignored = lines
     assert folder == str(tmp_path)
     assert ids.split()[1] == "1"
     assert stdin == "/dev/null"
+    assert (blocked.split(":")[0], ignored.split(":")[0]) == ("SigBlk", "SigIgn"), lines
     ignored_mask = int(ignored.split()[1], 16)
     assert ignored_mask & ~GLIBC_INTERNAL == 0, f"signals ignored: {ignored}"  # SIGPIPE, SIGXFSZ are in Python
     assert int(blocked.split()[1], 16) == 0, f"signals blocked: {blocked}"
     assert group.strip() == pid, "the job is not the leader of its own process group"
+    # Fork hygiene: none of the manager's descriptors, and of the queue only the output files (1, 2).
+    assert not set(targets) & manager_side, f"the job kept the manager's descriptors: {targets}"
+    inside = [target for target in targets if target.startswith(f"{queue.path}/")]
+    assert sorted(Path(target).name for target in inside) == ["stderr", "stdout"], targets
 
 
 def test_a_spawned_job_dies_with_its_manager(procs: Processes, queue: Queue, barriers: Path, spawner: Spawner) -> None:
