@@ -2,8 +2,8 @@
 
     submitters      enqueue, with_options, enqueue_many   (jobs.submit, jobs.incoming)
     the owner's managers  register, claim, complete, fail, release   (jobs.claim)
-    readers         job, jobs, counts, events, wait, result   (jobs.view, jobs.waiting)
-    operators       cancel, retry, drain, configure, purge
+    readers         job, jobs, counts, events, wait, result   (jobs.view, jobs.listing, jobs.waiting)
+    operators       cancel, retry, drain, pause, configure, purge   (jobs.operator, jobs.pause)
     the sweeper     sweep, promote   (jobs.sweep)
 
 Each transition is one rename of the job directory (see `jobs/__init__`).
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobs import fate, files, incoming, run_folder, sweep, view, waiting
+from jobs import files, incoming, listing, operator, run_folder, sweep, view, waiting
 from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
@@ -29,16 +29,12 @@ from jobs.errors import (
     JobsError,
     NotFinished,
     QueueReplaced,
-    WrongState,
 )
 from jobs.folder import (
-    CANCEL_FILE,
-    DRAIN_FILE,
     EVENTS_FILE,
     QueueFolder,
     filesystem_now,
 )
-from jobs.handles import Entry
 from jobs.index import ReadyIndex
 from jobs.job import (
     Job,
@@ -47,7 +43,6 @@ from jobs.job import (
     check_job_id,
     created_at,
     parse_scheduled_name,
-    ready_name,
     scheduled_name,
 )
 from jobs.lease import Liveness, Owner
@@ -151,7 +146,7 @@ class Queue:
 
     def submit(self, call: Call, now: float | None = None) -> str:
         """Publish one job; once this returns, the job is on disk (and durable when asked)."""
-        return self._publisher.submit(call, time.time() if now is None else now)
+        return self._publisher.submit(call, _now(now))
 
     def enqueue_many(self, calls: Iterable[Call], now: float | None = None) -> list[str]:
         """Publish a batch with one durability barrier; return the ids in order.
@@ -159,7 +154,7 @@ class Queue:
         Every spec is checked before anything is written. Publishing is not atomic
         as a whole: if it fails part way, the jobs already published stay published.
         """
-        return self._publisher.submit_many(calls, time.time() if now is None else now)
+        return self._publisher.submit_many(calls, _now(now))
 
     def enqueue_command(
         self, argv: Sequence[str], *, cwd: str | None = None, env: Mapping[str, str] | None = None, **options: Any
@@ -290,7 +285,7 @@ class Queue:
         """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`);
         return how many entries were handled. The queue's owner (its managers) does this;
         `leftovers`: also finish interrupted take-ins (the sweeper's chore)."""
-        now = time.time() if now is None else now
+        now = _now(now)
         actions = incoming.Actions(
             cancel=self.cancel,
             retry=self.retry,
@@ -423,41 +418,7 @@ class Queue:
         entry named after `after` (the last page's last `job.path.name`; one state only).
         A page reads the folder's names once and holds only the page's, so paging through
         a million done jobs never lists them all at once."""
-        if after is not None and state is None:
-            raise ValueError("after= pages through one state: give state= too")
-        states = [State(state)] if state is not None else [*State]
-        found: list[Job] = []
-        for current in states:
-            if limit is None:
-                places = sorted(view.entries(self.folder, current), key=lambda entry: entry[0].name)
-                found += self._read_all(current, places, function)
-            else:
-                found += self._page(current, function, limit - len(found), after)
-                if len(found) >= limit:
-                    return found
-        return found
-
-    def _read_all(self, state: State, places: list[tuple[Entry, str]], function: str | None) -> list[Job]:
-        read = (view.read_moving(self.folder, state, place) for place, _ in places)
-        return [job for job in read if job is not None and (function is None or job.function == function)]
-
-    def _page(self, state: State, function: str | None, limit: int, after: str | None) -> list[Job]:
-        """Up to `limit` jobs after the entry `after`, reading more names while a function
-        filter leaves the page short (twice as many each time)."""
-        found: list[Job] = []
-        size = max(limit, 1)
-        while True:
-            chunk = view.first_entries(self.folder, state, after, size)
-            for place, _ in chunk:
-                after = place.name
-                job = view.read_moving(self.folder, state, place)
-                if job is not None and (function is None or job.function == function):
-                    found.append(job)
-                    if len(found) == limit:
-                        return found
-            if len(chunk) < size:
-                return found  # the folder has no more
-            size *= 2
+        return listing.jobs(self.folder, None if state is None else State(state), function, limit, after)
 
     def wait(
         self,
@@ -494,19 +455,12 @@ class Queue:
 
     def request_drain(self, now: float | None = None) -> None:
         """Ask every manager of the queue to drain: a new `drain` file in the queue folder."""
-        now = time.time() if now is None else now
-        # Renamed into place each time, so that watching managers see a change of file.
-        data = f"drain requested at {now}\n".encode()
-        files.replace_file(DRAIN_FILE, data, durable=False, mode=self.folder.file_mode, dir_fd=self.folder.root.fd)
+        operator.request_drain(self.folder, _now(now))
 
     def drain_request(self) -> tuple[int, int] | None:
         """Which drain request stands now (its file's inode and mtime), None if none does: a
         manager drains when this changes after its start."""
-        try:
-            found = self.folder.root.lstat(DRAIN_FILE)
-        except FileNotFoundError:
-            return None
-        return found.st_ino, found.st_mtime_ns
+        return operator.drain_request(self.folder)
 
     def pause(self, functions: Iterable[str] | None = None) -> Paused:
         """Stop every manager of the queue from starting its jobs (those of `functions`, or
@@ -528,42 +482,11 @@ class Queue:
     def cancel(self, job_id: str, now: float | None = None) -> State:
         """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is
         marked, and its manager stops it. Return the job's state after the call."""
-        now = time.time() if now is None else now
-        state, place = view.locate(self.folder, job_id)
-        if state is State.INCOMING:  # a member's submission not taken in yet: take it in, then cancel
-            self.take_in(now)
-            state, place = view.locate(self.folder, job_id)
-        if state.terminal:
-            raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
-        if state is State.CLAIMED:
-            try:
-                with place.open() as job:
-                    self.folder.mark(job / CANCEL_FILE, f"cancelled at {now}")
-                    self.folder.log_event(job, "cancel requested", now)
-            except FileNotFoundError:
-                return self.cancel(job_id, now)  # it finished or went back meanwhile: look again
-            return State.CLAIMED
-        try:
-            self.folder.bury(place, job_id, fate.cancelled(), now, even_if_full=True)
-        except FileNotFoundError:
-            return self.cancel(job_id, now)  # it moved meanwhile (claimed or promoted): look again
-        return State.DEAD
+        return operator.cancel(self.folder, job_id, _now(now), self.take_in)
 
     def retry(self, job_id: str, now: float | None = None) -> None:
         """Send a dead job back to `ready/` with a fresh set of attempts."""
-        now = time.time() if now is None else now
-        state, place = view.locate(self.folder, job_id)
-        if state is not State.DEAD:
-            raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
-        with place.open() as job:
-            spec = self.folder.read_spec(job, job_id)
-            self.folder.write_counter(job, 0)
-            self.folder.clear_the_way(job, CANCEL_FILE, now)
-            files.unlink_if_there(CANCEL_FILE, job.fd)
-            self.folder.log_event(job, "ready: retried by an operator, attempts reset", now)
-        target = self.folder.at(State.READY) / ready_name(job_id, spec.priority)
-        self.folder.move(place, target)
-        self._index.add(target.name)
+        operator.retry(self.folder, job_id, _now(now), self._index.add)
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------
 
@@ -578,33 +501,17 @@ class Queue:
         quarantine abandoned submissions. `now` is the file system's clock; `functions`
         resolve a lost run's policy when its claimer recorded none. Each chore runs even if
         another fails; the first failure is raised after all have run."""
-        skips = self.last_sweep_skips = sweep.Skips()
-        chores: dict[str, Callable[[], int]] = {
-            "reverted": lambda: sweep.reap_owners(self.folder, now, is_alive, self._index.add, functions, skips),
-            "promoted": lambda: len(sweep.promote_due(self.folder, now, self._index.add, skips)),
-            "abandoned": lambda: sweep.clear_tmp(self.folder, now, tmp_age, skips),
-        }
-        done: dict[str, int] = {}
-        failure: BaseException | None = None
-        for name, chore in chores.items():
-            try:
-                done[name] = chore()
-            except (OSError, JobsError) as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return done
+        self.last_sweep_skips = skips = sweep.Skips()
+        return sweep.sweep(self.folder, now, is_alive, self._index.add, tmp_age, functions, skips)
 
     def promote_due(self, now: float | None = None) -> list[str]:
         """Move every due `scheduled/` job to `ready/` now; return their ids."""
-        now = time.time() if now is None else now
-        return sweep.promote_due(self.folder, now, self._index.add)
+        return sweep.promote_due(self.folder, _now(now), self._index.add)
 
     def promote(self, job_id: str, priority: int, due: float, now: float | None = None) -> bool:
         """Promote one scheduled job by the name its `fail` gave it, without listing
         `scheduled/` (a manager's own retries); False if it was no longer there."""
-        now = time.time() if now is None else now
-        return sweep.promote_one(self.folder, scheduled_name(job_id, priority, due), now, self._index.add)
+        return sweep.promote_one(self.folder, scheduled_name(job_id, priority, due), _now(now), self._index.add)
 
     def purge(
         self,
@@ -616,8 +523,7 @@ class Queue:
     ) -> list[str]:
         """Delete terminal jobs whose last transition is older than `older_than` seconds; with a
         `budget`, each job's folder is only partly removed and sweeps finish it (the sweeper's)."""
-        now = time.time() if now is None else now
-        return sweep.purge(self.folder, State(state), older_than, now, dry_run, budget)
+        return sweep.purge(self.folder, State(state), older_than, _now(now), dry_run, budget)
 
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""

@@ -1,5 +1,6 @@
 """What the lease-sweeper does to a queue, as plain functions of `now`.
 
+- `sweep`: one sweep, the three chores below, each run even if another fails.
 - `reap_owners`: an owner that is dead (by the caller's liveness predicate) or
   whose lease expired is fenced with one rename, `claimed/OWNER` to
   `claimed/reaping.OWNER`, so its later claims and completions fail; then each
@@ -69,6 +70,35 @@ class Skips:
             if len(self.found) < self.LIMIT:
                 self.found[f"{what} {name!r}"] = str(exc)
             return None
+
+
+def sweep(
+    folder: QueueFolder,
+    now: float,
+    is_alive: Liveness,
+    on_ready: Callable[[str], None],
+    tmp_age: float,
+    functions: Functions | None,
+    skips: Skips,
+) -> dict[str, int]:
+    """Revert dead or expired owners' claims, promote due scheduled jobs, quarantine
+    abandoned submissions; return how many entries each chore handled. Each chore runs even
+    if another fails; the first failure is raised after all have run."""
+    chores: dict[str, Callable[[], int]] = {
+        "reverted": lambda: reap_owners(folder, now, is_alive, on_ready, functions, skips),
+        "promoted": lambda: len(promote_due(folder, now, on_ready, skips)),
+        "abandoned": lambda: clear_tmp(folder, now, tmp_age, skips),
+    }
+    done: dict[str, int] = {}
+    failure: BaseException | None = None
+    for name, chore in chores.items():
+        try:
+            done[name] = chore()
+        except (OSError, JobsError) as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return done
 
 
 def reap_owners(

@@ -29,7 +29,6 @@ tick by tick. The manager stays single-threaded: forking a threaded process is u
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -39,22 +38,20 @@ from jobs import Owner, Queue, Registry
 from supervisor import forking, logfiles
 from supervisor.budget import Budget
 from supervisor.children import Children
-from supervisor.errors import ConfigError, Stalled
+from supervisor.errors import Stalled
 from supervisor.launch import check_root
 from supervisor.notify import Notifier
+from supervisor.queue_list import QueueLike, open_queues, queue_caps
 from supervisor.running import Running
 from supervisor.served import Served
 from supervisor.settings import Settings, for_queue
 from supervisor.spawner import Spawner
-from supervisor.titles import Role, set_title
+from supervisor.titles import ManagerTitle
 from supervisor.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
-TITLE_EVERY = 1.0  # seconds between two updates of the busy count in the title
 
 __all__ = ["Manager", "Phase", "Settings"]
-
-QueueLike = Queue | str | os.PathLike[str]
 
 
 class Phase(Enum):
@@ -85,11 +82,11 @@ class Manager:
         settings, and `commands` is on for a private queue and off for a shared one (a
         command job runs anything its manager's user may). Without a registry the manager
         runs command jobs only."""
-        opened = _open(queues)
+        opened = open_queues(queues)
         self.registry = registry if registry is not None else Registry()
         self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # what was given, checked
         check_root(options.run_as_submitter)
-        caps = _caps(opened, queue_concurrency or {})
+        caps = queue_caps(opened, queue_concurrency or {})
         own = [for_queue(queue, settings) for queue in opened]  # each queue's settings
         spawner = Spawner.find() if any(each.commands for each in own) else None
         several = len(opened) > 1  # then log lines say which queue a job came from
@@ -111,10 +108,7 @@ class Manager:
         self.wakeups = Wakeups(opened, options.poll_interval)
         self.notifier = Notifier()  # systemd's Type=notify, when it asked
         self.budget = Budget(options.max_jobs, options.max_runtime)
-        self._title = ""
-        self._title_state = ""
-        self._next_title = 0.0
-        self._title_prefix = f"forkvisor: manager {' '.join(str(queue.path) for queue in opened)}"
+        self.title = ManagerTitle(" ".join(str(queue.path) for queue in opened), options.concurrency)
 
     @property
     def queue(self) -> Queue:
@@ -338,17 +332,9 @@ class Manager:
         return f"{len(self.running)}/{self.settings.concurrency} busy, {self.phase.value}, running: {jobs}"
 
     def _set_title(self, now: float | None = None) -> None:
-        """Show in `ps` how busy the manager is. A change of state (draining, paused) shows at
-        once; the busy count at most once a second, at the turn of the loop `now` is: setting
-        a title writes a page the jobs' children share (a copy-on-write fault each time)."""
+        """The title in `ps` (the busy count at most once a second unless `now` is None)."""
         state = " draining" if self.draining else " paused" if any(s.paused for s in self.served) else ""
-        if state == self._title_state and now is not None and now < self._next_title:
-            return
-        title = f"{self._title_prefix} {len(self.running)}/{self.settings.concurrency} busy{state}"
-        if title != self._title:
-            set_title(Role.MANAGER, title)
-            self._title, self._title_state = title, state
-            self._next_title = (now or time.monotonic()) + TITLE_EVERY
+        if self.title.show(len(self.running), state, now):
             self.notifier.status_changed(self._status_text)
 
     def _status_text(self) -> str:
@@ -362,42 +348,3 @@ class Manager:
 def _described(served: Served) -> str:
     cap = f", at most {served.cap} of its jobs at once" if served.cap else ""
     return f"{served.queue.path} (as owner {served.tenancy.name}{cap})"
-
-
-def _open(queues: QueueLike | Sequence[QueueLike]) -> list[Queue]:
-    """The queues to serve, opened; ConfigError for none, or one given twice."""
-    given = [queues] if isinstance(queues, (Queue, str, os.PathLike)) else list(queues)
-    if not given:
-        raise ConfigError("a manager needs at least one queue to serve")
-    opened = [queue if isinstance(queue, Queue) else Queue(queue, create=False) for queue in given]
-    seen: dict[tuple[int, int], Queue] = {}
-    for queue in opened:
-        if (twin := seen.setdefault(queue.identity, queue)) is not queue:
-            raise ConfigError(f"{queue.path} is given twice (as {twin.path} too): give each queue once")
-    return opened
-
-
-def _caps(queues: list[Queue], caps: Mapping[QueueLike, int]) -> dict[int, int]:
-    """Each capped queue's index, with its cap; ConfigError for a queue not served or a cap below 1."""
-    indexes = {queue.identity: index for index, queue in enumerate(queues)}
-    found = {}
-    for key, cap in caps.items():
-        identity = _identity(key)
-        index = None if identity is None else indexes.get(identity)
-        if index is None:
-            served = ", ".join(str(queue.path) for queue in queues)
-            raise ConfigError(f"a concurrency is given for {key}, which this manager does not serve ({served})")
-        if not isinstance(cap, int) or cap < 1:
-            raise ConfigError(f"the concurrency of {key} must be a whole number, at least 1, got {cap!r}")
-        found[index] = cap
-    return found
-
-
-def _identity(queue: QueueLike) -> tuple[int, int] | None:
-    if isinstance(queue, Queue):
-        return queue.identity
-    try:
-        found = os.stat(queue)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import time
 
 from setproctitle import setproctitle
 
@@ -34,3 +35,31 @@ def set_title(role: Role, title: str) -> None:
     """Show `title` in `ps -f` and `role`'s short name in `/proc/PID/comm`."""
     setproctitle(title)
     _libc.prctl(_PR_SET_NAME, _NAMES[role], 0, 0, 0)
+
+
+class ManagerTitle:
+    """How busy the manager is, in `ps`. A change of state (draining, paused) shows at once;
+    the busy count at most once every `EVERY` seconds: setting a title writes a page the
+    jobs' children share (a copy-on-write fault each time, see docs/PERFORMANCE.md)."""
+
+    EVERY = 1.0
+
+    def __init__(self, queues: str, concurrency: int) -> None:
+        self._prefix = f"forkvisor: manager {queues}"
+        self._concurrency = concurrency
+        self._title = ""
+        self._state = ""
+        self._next = 0.0
+
+    def show(self, busy: int, state: str, now: float | None) -> bool:
+        """Show `busy` and `state` (" draining", " paused" or ""); `now` None: at once.
+        Whether the title changed."""
+        if state == self._state and now is not None and now < self._next:
+            return False
+        title = f"{self._prefix} {busy}/{self._concurrency} busy{state}"
+        if title == self._title:
+            return False
+        set_title(Role.MANAGER, title)
+        self._title, self._state = title, state
+        self._next = (time.monotonic() if now is None else now) + self.EVERY
+        return True

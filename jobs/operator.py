@@ -1,0 +1,70 @@
+"""What an operator does to a queue's jobs and its managers: cancel, retry, ask for a drain.
+
+Functions over a `QueueFolder`, as `jobs.sweep` and `jobs.view` are; `Queue` calls them.
+A member of a shared queue does none of these directly: they ask through `incoming/`
+(`jobs.incoming`), and the queue's owner does it for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from jobs import fate, files, view
+from jobs.errors import WrongState
+from jobs.folder import CANCEL_FILE, DRAIN_FILE, QueueFolder
+from jobs.job import State, ready_name
+
+
+def cancel(folder: QueueFolder, job_id: str, now: float, take_in: Callable[[float], object]) -> State:
+    """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is marked,
+    and its manager stops it. A submission still in `incoming/` is taken in first (`take_in`).
+    Return the job's state after the call."""
+    while True:  # a job that moves while we act on it is looked for again (it always ends somewhere)
+        state, place = view.locate(folder, job_id)
+        if state is State.INCOMING:
+            take_in(now)
+            state, place = view.locate(folder, job_id)
+        if state.terminal:
+            raise WrongState(f"cannot cancel job {job_id}: it is already {state.value}")
+        try:
+            if state is State.CLAIMED:
+                with place.open() as job:
+                    folder.mark(job / CANCEL_FILE, f"cancelled at {now}")
+                    folder.log_event(job, "cancel requested", now)
+                return State.CLAIMED
+            folder.bury(place, job_id, fate.cancelled(), now, even_if_full=True)
+            return State.DEAD
+        except FileNotFoundError:
+            continue  # it finished, went back, was claimed or promoted meanwhile
+
+
+def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str], None]) -> None:
+    """Send a dead job back to `ready/` with a fresh set of attempts."""
+    state, place = view.locate(folder, job_id)
+    if state is not State.DEAD:
+        raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
+    with place.open() as job:
+        spec = folder.read_spec(job, job_id)
+        folder.write_counter(job, 0)
+        folder.clear_the_way(job, CANCEL_FILE, now)
+        files.unlink_if_there(CANCEL_FILE, job.fd)
+        folder.log_event(job, "ready: retried by an operator, attempts reset", now)
+    target = folder.at(State.READY) / ready_name(job_id, spec.priority)
+    folder.move(place, target)
+    on_ready(target.name)
+
+
+def request_drain(folder: QueueFolder, now: float) -> None:
+    """Ask every manager of the queue to drain: a new `drain` file in the queue folder."""
+    # Renamed into place each time, so that watching managers see a change of file.
+    data = f"drain requested at {now}\n".encode()
+    files.replace_file(DRAIN_FILE, data, durable=False, mode=folder.file_mode, dir_fd=folder.root.fd)
+
+
+def drain_request(folder: QueueFolder) -> tuple[int, int] | None:
+    """Which drain request stands now (its file's inode and mtime), None if none does."""
+    try:
+        found = folder.root.lstat(DRAIN_FILE)
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns
