@@ -81,6 +81,8 @@ from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.policy import Functions, Policy, Source
 from jobs.registry import Registered, Registry
 from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
+from jobs.stats import BUCKETS as DURATION_BUCKETS
+from jobs.stats import OUTCOMES, StatsFile, Tally
 from jobs.store import Call, Queue, Submitter
 from jobs.units import format_duration, format_size, parse_duration, parse_size
 from jobs.view import OwnerFolder
@@ -91,7 +93,9 @@ __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DRAIN_FILE",
+    "DURATION_BUCKETS",
     "NOT_PAUSED",
+    "OUTCOMES",
     "PAUSE_FILE",
     "QUEUE_DEFAULTS",
     "QUEUE_SETTINGS",
@@ -133,8 +137,10 @@ __all__ = [
     "Run",
     "Source",
     "State",
+    "StatsFile",
     "StorageError",
     "Submitter",
+    "Tally",
     "UnknownCallable",
     "UnsupportedFormat",
     "WaitTimeout",

@@ -42,7 +42,8 @@ CANCEL_FILE = "cancel"
 DRAIN_FILE = "drain"  # in the queue folder: a request that every manager drain (`forkvisor drain`)
 QUARANTINE = "quarantine"
 TMP = "tmp"
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State))
+STATS = "stats"  # each manager's and sweeper's counters (`jobs.stats`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS)
 
 
 def cancel_requested(job: Dir) -> bool:

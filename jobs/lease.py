@@ -47,6 +47,7 @@ class Owner:
     lease: float = DEFAULT_LEASE
     started: float = 0.0
     pid_namespace: str | None = None
+    concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
 
     @classmethod
     def new(cls, pid: int | None = None, **details: Any) -> Owner:
@@ -76,6 +77,7 @@ class Owner:
             owner.pid_namespace is None or isinstance(owner.pid_namespace, str),
             _is_number(owner.lease) and owner.lease > 0,
             _is_number(owner.started),
+            owner.concurrency is None or (_is_number(owner.concurrency) and isinstance(owner.concurrency, int)),
         ]
         if not all(checks):
             raise InvalidJob(f"owner file has a field of the wrong type: {owner}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobs import files, incoming, listing, operator, run_folder, sweep, view, waiting
+from jobs import files, incoming, listing, operator, run_folder, stats, sweep, view, waiting
 from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
@@ -320,6 +320,10 @@ class Queue:
         """Tell the claim index that the watcher lost events: it rescans `ready/` first."""
         self._index.forget_scan()
 
+    def stats_file(self, role: str) -> stats.StatsFile:
+        """The counters a manager or a sweeper (`role`) keeps for this queue (see `jobs.stats`)."""
+        return stats.StatsFile(self.folder, role)
+
     # -- reading -----------------------------------------------------------------
 
     def job(self, job_id: str) -> Job:
@@ -401,6 +405,10 @@ class Queue:
         ready = view.entries_in(self.folder.at(State.READY), State.READY, check_dirs=False)
         oldest = min((job_id for _, job_id in ready), default=None)
         return None if oldest is None else max(0.0, now - created_at(oldest))
+
+    def stats(self) -> stats.Tally:
+        """What every manager and sweeper of the queue counted, summed (see `jobs.stats`)."""
+        return stats.read_all(self.folder)
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state name: ready, scheduled, claimed, done, dead."""

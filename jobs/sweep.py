@@ -82,18 +82,24 @@ def sweep(
     skips: Skips,
 ) -> dict[str, int]:
     """Revert dead or expired owners' claims, promote due scheduled jobs, quarantine
-    abandoned submissions; return how many entries each chore handled. Each chore runs even
+    abandoned submissions; return how many entries each chore handled (and how many owners
+    were found dead or expired: "expired"). Each chore runs even
     if another fails; the first failure is raised after all have run."""
-    chores: dict[str, Callable[[], int]] = {
-        "reverted": lambda: reap_owners(folder, now, is_alive, on_ready, functions, skips),
-        "promoted": lambda: len(promote_due(folder, now, on_ready, skips)),
-        "abandoned": lambda: clear_tmp(folder, now, tmp_age, skips),
-    }
+
+    def reap() -> dict[str, int]:
+        reverted, expired = reap_owners(folder, now, is_alive, on_ready, functions, skips)
+        return {"reverted": reverted, "expired": expired}
+
+    chores: list[Callable[[], dict[str, int]]] = [
+        reap,
+        lambda: {"promoted": len(promote_due(folder, now, on_ready, skips))},
+        lambda: {"abandoned": clear_tmp(folder, now, tmp_age, skips)},
+    ]
     done: dict[str, int] = {}
     failure: BaseException | None = None
-    for name, chore in chores.items():
+    for chore in chores:
         try:
-            done[name] = chore()
+            done.update(chore())
         except (OSError, JobsError) as exc:
             failure = failure or exc
     if failure is not None:
@@ -108,41 +114,48 @@ def reap_owners(
     on_ready: Callable[[str], None],
     functions: Functions | None = None,
     skips: Skips | None = None,
-) -> int:
-    """Return claims of dead or expired owners to the queue; return how many jobs moved.
+) -> tuple[int, int]:
+    """Return claims of dead or expired owners to the queue; return how many jobs moved and
+    how many owners were found dead or expired (and fenced) by this sweep.
     A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
     else the one `functions` and the queue resolve."""
     skips = skips or Skips()
     revert = _Reverter(folder, on_ready, functions, skips)
     claimed = folder.at(State.CLAIMED)
-    return sum(
-        skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or 0
-        for name in claimed.names()
-    )
+    jobs = owners = 0
+    for name in claimed.names():
+        moved, fenced = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or (
+            0,
+            0,
+        )
+        jobs, owners = jobs + moved, owners + fenced
+    return jobs, owners
 
 
-def _reap(folder: QueueFolder, revert: _Reverter, claimed: Dir, name: str, now: float, is_alive: Liveness) -> int:
+def _reap(
+    folder: QueueFolder, revert: _Reverter, claimed: Dir, name: str, now: float, is_alive: Liveness
+) -> tuple[int, int]:
     owner_dir = claimed / name
     problem = entry_problem(owner_dir)
     if problem:
         folder.quarantine(owner_dir, f"{problem} (claimed/ holds owner folders only)", now)
-        return 0
+        return 0, 0
     if name.startswith(REAPING_PREFIX):
-        return revert.all(owner_dir, f"owner {name[len(REAPING_PREFIX) :]} was being reaped", now)
+        return revert.all(owner_dir, f"owner {name[len(REAPING_PREFIX) :]} was being reaped", now), 0
     if not is_owner_name(name):
         folder.quarantine(owner_dir, "not an owner folder (HOST.PID.XXXXXX)", now)
-        return 0
+        return 0, 0
     cause = _why_gone(owner_dir, now, is_alive)
     if cause is None:
-        return 0
+        return 0, 0
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
         files.move(name, fenced.name, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
     except (FileNotFoundError, MoveCollision):
-        return 0  # another sweeper is reaping it
+        return 0, 0  # another sweeper is reaping it
     files.checkpoint("reap:fenced")
     log.warning("reaping %s: %s", name, cause)
-    return revert.all(fenced, cause, now)
+    return revert.all(fenced, cause, now), 1
 
 
 def _why_gone(owner_dir: Entry, now: float, is_alive: Liveness) -> str | None:

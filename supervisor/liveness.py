@@ -44,9 +44,11 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def this_owner(lease: float, started: float) -> Owner:
-    """An Owner describing this process."""
-    owner = Owner.new(lease=lease, started=started, boot_id=boot_id(), pid_namespace=pid_namespace())
+def this_owner(lease: float, started: float, concurrency: int | None = None) -> Owner:
+    """An Owner describing this process (which runs at most `concurrency` jobs of the queue)."""
+    owner = Owner.new(
+        lease=lease, started=started, boot_id=boot_id(), pid_namespace=pid_namespace(), concurrency=concurrency
+    )
     return Owner(**{**owner.__dict__, "start_time": start_time(owner.pid)})
 
 

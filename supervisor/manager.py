@@ -150,7 +150,7 @@ class Manager:
         registered: list[Served] = []
         try:
             for served in self.served:
-                served.tenancy.register_at_start()
+                served.register_at_start()
                 registered.append(served)
             self.wakeups.open_watch()
         except BaseException:

@@ -23,7 +23,7 @@ import signal
 import time
 from typing import Any
 
-from jobs import Claim, ClaimLost, JobsError, Queue, State
+from jobs import Claim, ClaimLost, JobsError, Queue, State, Tally
 from supervisor import forking, harvest
 from supervisor.harvest import Retry
 from supervisor.health import StoreHealth
@@ -37,10 +37,12 @@ OUTSIDE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 class Outcomes:
     """Records outcomes; keeps the harvests the store refused and the retries to promote."""
 
-    def __init__(self, queue: Queue, health: StoreHealth, label: str = "") -> None:
-        """`label` names the queue in log lines where the manager serves several."""
+    def __init__(self, queue: Queue, health: StoreHealth, tally: Tally, label: str = "") -> None:
+        """`tally` counts each recorded run (`jobs.stats`); `label` names the queue in log
+        lines where the manager serves several."""
         self.queue = queue
         self.health = health
+        self.tally = tally
         self.label = label
         self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
         self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
@@ -178,6 +180,7 @@ class Outcomes:
             return False
         if retry is not None:
             heapq.heappush(self._retries, retry)
+        self.tally.run_ended(running.claim.spec.function, _counted_as(running, state), outcome["wall_time"])
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             self._say(running, status, outcome, state, retry)
         return True
@@ -196,6 +199,15 @@ class Outcomes:
         fields = job_fields(claim, self.queue, event)
         fields.update(duration=outcome["wall_time"], exit=status.describe(), state=state.value)
         log.info("%s %s", describe(claim, self.label), words, extra={"fields": fields})
+
+
+def _counted_as(running: Running, state: State) -> str:
+    """The run's outcome as `jobs.OUTCOMES` names it (the metrics' label)."""
+    if state is State.DONE:
+        return "succeeded"
+    if state is State.DEAD:
+        return "dead"
+    return "released" if running.released else "retried"
 
 
 def describe(claim: Claim, label: str = "") -> str:

@@ -29,6 +29,7 @@ from supervisor.wakeups import News
 
 log = logging.getLogger(__name__)
 TAKE_IN_PER_TURN = 64
+STATS_EVERY = 5.0  # seconds between two writes of the counters (when they changed)
 
 
 class Served:
@@ -56,8 +57,10 @@ class Served:
         self.cap = cap
         self.functions = Functions(registry, commands=settings.commands)
         self.health = StoreHealth()
-        self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health)
-        self.outcomes = Outcomes(queue, self.health, label)
+        share = settings.concurrency if cap is None else min(cap, settings.concurrency)
+        self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share)
+        self.stats = queue.stats_file("manager")  # what `forkvisor metrics` and the web page count
+        self.outcomes = Outcomes(queue, self.health, self.stats.tally, label)
         self.launcher = Launcher(queue, registry, settings.commands, settings.run_as_submitter, index, label, spawner)
         self.sweeper = sweeper.SweeperChild(
             queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
@@ -67,6 +70,17 @@ class Served:
         self.take_in_due = True  # members' submissions may wait in incoming/
         self.replaced: QueueReplaced | None = None  # its folders changed under us: the manager drains, then fails
         self._request_drain = request_drain
+        self._stats_due = 0.0
+        self._stats_written = 0  # `tally.changes` when the counters were last written
+
+    def register_at_start(self) -> None:
+        """Register as an owner (or raise: the manager does not start), and take up the
+        counters of a manager that is gone."""
+        self.tenancy.register_at_start()
+        try:
+            self.stats.start(self.tenancy.name)
+        except (OSError, JobsError) as exc:  # counting from zero is no reason not to serve
+            log.error("cannot read the stats of %s: %s; counting from zero", self.queue.path, exc)
 
     def _owner_name(self) -> str:
         """The owner name when the sweeper starts (it changes when the manager registers anew)."""
@@ -141,7 +155,10 @@ class Served:
 
     def keep_lease(self, now: float, children: Children) -> None:
         """Heartbeat; give back claims no child holds; stop the children whose claim a sweeper
-        took back or an operator cancelled; register anew if a sweeper reaped us."""
+        took back or an operator cancelled; register anew if a sweeper reaped us. Write the
+        counters when they changed, at most every `STATS_EVERY` seconds."""
+        if now >= self._stats_due:
+            self.write_stats(now)
         if not self.tenancy.heartbeat_due(now):
             return
         self.check_folders()
@@ -151,6 +168,18 @@ class Served:
             self.recover_from_reaping(children)
         else:
             children.check_claims(self.index, self.queue.claim_state, now)
+
+    def write_stats(self, now: float) -> None:
+        """Write the counters if they changed since the last write (else nothing)."""
+        runs = self.stats.tally.changes
+        if runs == self._stats_written:
+            return
+        self._stats_due = now + STATS_EVERY
+        try:
+            self.stats.write(self.tenancy.name)
+            self._stats_written = runs
+        except (OSError, JobsError) as exc:
+            log.warning("cannot write the stats of %s: %s; trying again in %gs", self.queue.path, exc, STATS_EVERY)
 
     def recover_from_reaping(self, children: Children) -> None:
         """A sweeper judged us dead: our claims are void; start over as a new owner."""
@@ -177,6 +206,8 @@ class Served:
         """When this queue next has something to do: a heartbeat, a retry, a held child, a
         sweeper to restart."""
         soonest = min(self.tenancy.next_heartbeat, self.outcomes.next_deadline(now))
+        if self.stats.tally.changes != self._stats_written:
+            soonest = min(soonest, self._stats_due)
         if sweeper_wanted and self.sweeper.pid is None:
             soonest = min(soonest, self.sweeper.restart_at)
         return soonest
@@ -221,6 +252,7 @@ class Served:
 
     def close(self, kill_grace: float) -> None:
         """Stop the sweeper and retire the owner folder (the children are the manager's to end)."""
+        self.write_stats(float("inf"))  # before the owner folder goes: then the file may be adopted
         try:
             self.sweeper.stop(kill_grace)
             self.tenancy.retire()

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from jobs import COMMAND, Job, Owner, OwnerFolder, Policy, Queue
+from jobs import COMMAND, Job, Owner, OwnerFolder, Policy, Queue, State
 from supervisor import liveness
 
 UNSERVED_SCAN = 1000
@@ -37,6 +37,8 @@ class ManagerInfo:
     functions: list[str] | None  # what it runs (forkvisor.command: command jobs); None if it does not say
     skipped: dict[str, dict[str, str]]  # "claims" or "sweep": entry -> why it is skipped (the first ones)
     skipped_count: int  # entries it and its sweeper skip, all told
+    concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
+    busy: int = 0  # how many it runs now
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class Snapshot:
     oldest_ready_age: float | None  # seconds since the longest-waiting ready job was enqueued
     unserved: Unserved
     paused: str  # what `forkvisor pause` paused ("" for nothing)
+    paused_all: bool = False  # the whole queue, not only some functions
 
     def to_json(self) -> dict[str, Any]:
         document = asdict(self)
@@ -91,14 +94,14 @@ def take(queue: Queue) -> Snapshot:
     for found in folders:
         if found.owner is None:
             continue  # retired or fenced as we looked, or not an owner: a sweeper deals with it
-        managers.append(_manager_info(found, found.owner, now))
-        running += _running_jobs(queue, found, found.owner, now, served)
+        jobs = _running_jobs(queue, found, found.owner, now, served)
+        managers.append(_manager_info(found, found.owner, now, len(jobs)))
+        running += jobs
     unserved = _unserved(queue, folders, served, now)
     paused = queue.paused()
     oldest = queue.oldest_ready_age(now)
-    return Snapshot(
-        str(queue.path), queue.counts(), managers, running, oldest, unserved, paused.describe() if paused else ""
-    )
+    described = paused.describe() if paused else ""
+    return Snapshot(str(queue.path), queue.counts(), managers, running, oldest, unserved, described, paused.all)
 
 
 def _unserved(queue: Queue, folders: list[OwnerFolder], served: dict[str, Any], now: float) -> Unserved:
@@ -123,7 +126,49 @@ def describe(job: Job) -> str:
     return f"$ {shlex.join(map(str, job.spec.args))}" if job.function == COMMAND else job.function
 
 
-def _manager_info(found: OwnerFolder, owner: Owner, now: float) -> ManagerInfo:
+def job_summary(job: Job, policy: Policy) -> dict[str, Any]:
+    """A job as `list --json` and the web page's job list show it."""
+    return {
+        "id": job.id,
+        "state": job.state.value,
+        "function": job.function,
+        "attempts": job.attempts,
+        "max_attempts": policy.max_attempts,
+        "priority": job.spec.priority,
+        "created": job.created,
+        "owner": job.owner,
+        "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
+        "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
+    }
+
+
+def job_document(job: Job, policy: Policy, events: list[str]) -> dict[str, Any]:
+    """A job whole, as `show --json` and the web page's job page show it."""
+    return {
+        **job_summary(job, policy),
+        "spec": {
+            "function": job.spec.function,
+            "args": list(job.spec.args),
+            "kwargs": dict(job.spec.kwargs),
+            "max_attempts": job.spec.max_attempts,
+            "timeout": job.spec.timeout,
+            "memory_limit": job.spec.memory_limit,
+            "backoff": job.spec.backoff,
+            "metadata": dict(job.spec.metadata),
+        },
+        "policy": {name: {"value": value, "source": str(policy.sources[name])} for name, value in _policy(policy)},
+        "result": job.result,
+        "error": job.error,
+        "history": [{"run": attempt.number, "outcome": attempt.outcome} for attempt in job.history],
+        "events": events,
+    }
+
+
+def _policy(policy: Policy) -> list[tuple[str, Any]]:
+    return [(name, policy.to_json()[name]) for name in ("max_attempts", "timeout", "memory_limit", "backoff")]
+
+
+def _manager_info(found: OwnerFolder, owner: Owner, now: float, busy: int) -> ManagerInfo:
     heartbeat = now if found.heartbeat is None else found.heartbeat
     return ManagerInfo(
         owner.name,
@@ -136,6 +181,8 @@ def _manager_info(found: OwnerFolder, owner: Owner, now: float) -> ManagerInfo:
         None if found.functions is None else sorted(found.functions),
         found.skipped,
         found.skipped_count,
+        owner.concurrency,
+        busy,
     )
 
 

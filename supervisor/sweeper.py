@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs import Functions, JobsError, Queue, State
+from jobs import Functions, JobsError, Queue, State, StatsFile
 from supervisor import forking, liveness
 from supervisor.pacing import Backoff
 from supervisor.titles import Role, set_title
@@ -44,14 +44,39 @@ def run(
     every = purge_interval(retention, interval)
     next_purge = 0.0
     recorded: dict[str, str] = {}
+    stats = _counters(queue, owner)
     while True:
         now = time.monotonic()
         purge_now = now >= next_purge
-        if sweep_once(queue, functions, tmp_age, retention if purge_now else None) and purge_now:
+        done = sweep_once(queue, functions, tmp_age, retention if purge_now else None)
+        if done is not None and purge_now:
             next_purge = now + every  # a failed sweep purges again at the next one
         if owner is not None:
             recorded = _record_skips(queue, owner, recorded)
+            if stats is not None and done and (done.get("reverted") or done.get("expired")):
+                _count(stats, owner, done)
         time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
+
+
+def _counters(queue: Queue, owner: str | None) -> StatsFile | None:
+    """The sweeper's counters (claims it took back), going on from its predecessor's."""
+    if owner is None:
+        return None
+    stats = queue.stats_file("sweeper")
+    try:
+        stats.start(owner)
+    except (OSError, JobsError) as exc:
+        log.warning("cannot read the sweeper's stats: %s; counting from zero", exc)
+    return stats
+
+
+def _count(stats: StatsFile, owner: str, done: dict[str, int]) -> None:
+    stats.tally.reverts += done.get("reverted", 0)
+    stats.tally.expiries += done.get("expired", 0)
+    try:
+        stats.write(owner)
+    except (OSError, JobsError) as exc:
+        log.warning("cannot write the sweeper's stats: %s", exc)
 
 
 def _record_skips(queue: Queue, owner: str, recorded: dict[str, str]) -> dict[str, str]:
@@ -76,8 +101,8 @@ def purge_interval(retention: float | None, interval: float) -> float:
     return min(max(retention / 20, interval), PURGE_EVERY_MAX)
 
 
-def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: float | None) -> bool:
-    """One sweep, and a retention purge unless `retention` is None; False if it failed."""
+def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: float | None) -> dict[str, int] | None:
+    """One sweep, and a retention purge unless `retention` is None; what it did, None if it failed."""
     try:
         queue.check_folders()  # a replaced state folder is not swept through the old handle
         now = queue.filesystem_now()
@@ -89,10 +114,10 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
             done["purged"] = len(queue.purge(State.DONE, retention, now, budget=TREE_BUDGET))
     except (OSError, JobsError) as exc:
         log.error("sweep of %s failed: %s", queue.path, exc)
-        return False
+        return None
     if any(done.values()):
         log.info("sweep of %s: %s", queue.path, ", ".join(f"{key} {value}" for key, value in done.items()))
-    return True
+    return done
 
 
 class SweeperChild:

@@ -18,10 +18,13 @@ log = logging.getLogger(__name__)
 class Tenancy:
     """Register, heartbeat, give back claims no child holds, and say when the owner was reaped."""
 
-    def __init__(self, queue: Queue, functions: Functions, lease: float, health: StoreHealth) -> None:
+    def __init__(
+        self, queue: Queue, functions: Functions, lease: float, health: StoreHealth, concurrency: int | None = None
+    ) -> None:
         self.queue = queue
         self.functions = functions
         self.lease = lease
+        self.concurrency = concurrency  # shown by `status` and the web page
         self.health = health
         self.owner: Owner | None = None
         self.registered = False
@@ -67,7 +70,7 @@ class Tenancy:
             self.registered = False
 
     def _new_owner(self) -> None:
-        self.owner = liveness.this_owner(self.lease, self.queue.filesystem_now())
+        self.owner = liveness.this_owner(self.lease, self.queue.filesystem_now(), self.concurrency)
         self.queue.register_owner(self.owner, self.functions)
         self.registered = True
         self._skips_recorded = {}  # a new owner folder: what it skips is written there anew

@@ -37,7 +37,7 @@ from jobs import (
     __version__,
     storage_error,
 )
-from supervisor.cli import admin, environment, reading, serve, submit
+from supervisor.cli import admin, environment, observe, reading, serve, submit
 from supervisor.cli.common import (
     EXIT_ENVIRONMENT,
     EXIT_INTERNAL,
@@ -112,7 +112,7 @@ def parser() -> Parser:
     add_log_options(top)
     top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
     commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
-    for module in (serve, admin, submit, reading):
+    for module in (serve, admin, submit, reading, observe):
         module.add_commands(commands)
     return top
 

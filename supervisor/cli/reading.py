@@ -97,8 +97,9 @@ def _status_text(taken: snapshot.Snapshot) -> str:
     lines.append(f"managers ({len(taken.managers)}):" if taken.managers else "managers: none")
     for manager in taken.managers:
         state_note = " reaping" if manager.reaping else (" DEAD" if manager.alive is False else "")
+        busy = f"  busy {manager.busy}/{manager.concurrency}" if manager.concurrency else ""
         lines.append(
-            f"  {manager.owner}  host {safe(manager.host)} pid {manager.pid}"
+            f"  {manager.owner}  host {safe(manager.host)} pid {manager.pid}{busy}"
             f"  heartbeat {ago(manager.heartbeat_age)} ago (lease {format_duration(manager.lease)}){state_note}"
         )
         lines.append(f"    runs {safe(_functions(manager.functions))}")
@@ -162,7 +163,7 @@ def _list(args: argparse.Namespace) -> int:
     found = queue.jobs(args.state, function=args.function, limit=args.limit or None, after=args.after)
     served = snapshot.served(queue)
     if args.json:
-        print_json([_summary(job, snapshot.policy_of(queue, job, served)) for job in found])
+        print_json([snapshot.job_summary(job, snapshot.policy_of(queue, job, served)) for job in found])
         return 0
     width = min(40, max((len(snapshot.describe(job)) for job in found), default=8))
     for job in found:
@@ -173,21 +174,6 @@ def _list(args: argparse.Namespace) -> int:
         page = f"next page: --after {safe(found[-1].path.name)}; " if args.state else ""
         print(f"(the first {args.limit}; {page}--limit 0 lists all)", file=sys.stderr)
     return 0
-
-
-def _summary(job: Job, policy: Policy) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "state": job.state.value,
-        "function": job.function,
-        "attempts": job.attempts,
-        "max_attempts": policy.max_attempts,
-        "priority": job.spec.priority,
-        "created": job.created,
-        "owner": job.owner,
-        "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
-        "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
-    }
 
 
 def _detail(job: Job) -> str:
@@ -218,7 +204,7 @@ def _show(args: argparse.Namespace) -> int:
     policy = snapshot.policy_of(queue, job, served)
     progress = queue.run_progress(job) if job.state is State.CLAIMED else None
     if args.json:
-        print_json({**_full(job, policy, events), "progress": progress})
+        print_json({**snapshot.job_document(job, policy, events), "progress": progress})
         return 0
     for line in _show_lines(job, policy, events, served, progress):
         print(safe(line))  # every field a job or a member could write is escaped
@@ -286,31 +272,6 @@ def _policy_text(policy: Policy) -> str:
         "backoff": policy.backoff,
     }
     return "  ".join(f"{name} {value} ({policy.sources[name]})" for name, value in shown.items())
-
-
-def _full(job: Job, policy: Policy, events: list[str]) -> dict[str, Any]:
-    return {
-        **_summary(job, policy),
-        "spec": {
-            "function": job.spec.function,
-            "args": list(job.spec.args),
-            "kwargs": dict(job.spec.kwargs),
-            "max_attempts": job.spec.max_attempts,
-            "timeout": job.spec.timeout,
-            "memory_limit": job.spec.memory_limit,
-            "backoff": job.spec.backoff,
-            "metadata": dict(job.spec.metadata),
-        },
-        "policy": {name: {"value": value, "source": str(policy.sources[name])} for name, value in _values(policy)},
-        "result": job.result,
-        "error": job.error,
-        "history": [{"run": attempt.number, "outcome": attempt.outcome} for attempt in job.history],
-        "events": events,
-    }
-
-
-def _values(policy: Policy) -> list[tuple[str, Any]]:
-    return [(name, policy.to_json()[name]) for name in ("max_attempts", "timeout", "memory_limit", "backoff")]
 
 
 # -- logs ---------------------------------------------------------------------------------

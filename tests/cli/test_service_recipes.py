@@ -1,5 +1,5 @@
-"""The systemd unit in examples/systemd (issue 19): systemd itself finds nothing
-wrong with it, and its stop timeout leaves the manager time to drain."""
+"""The systemd units in examples/systemd (issues 19 and 14): systemd itself finds
+nothing wrong with them, and the manager's stop timeout leaves it time to drain."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from supervisor.settings import default
 from tests.processes import REPO, forkvisor_command
 
 UNIT = REPO / "examples" / "systemd" / "forkvisor@.service"
+WEB_UNIT = REPO / "examples" / "systemd" / "forkvisor-web.service"
 
 
 def service_section() -> configparser.SectionProxy:
@@ -25,10 +26,11 @@ def service_section() -> configparser.SectionProxy:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed (apt: systemd)")
-def test_systemd_finds_nothing_wrong_with_the_unit(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("unit", "name"), [(UNIT, "forkvisor@reports.service"), (WEB_UNIT, WEB_UNIT.name)])
+def test_systemd_finds_nothing_wrong_with_the_unit(tmp_path: Path, unit: Path, name: str) -> None:
     [forkvisor] = forkvisor_command()[:1]  # the ExecStart binary must exist for verify
-    instance = tmp_path / "forkvisor@reports.service"
-    instance.write_text(UNIT.read_text().replace("/opt/forkvisor/bin/forkvisor", forkvisor))
+    instance = tmp_path / name
+    instance.write_text(unit.read_text().replace("/opt/forkvisor/bin/forkvisor", forkvisor))
     done = subprocess.run(["systemd-analyze", "verify", str(instance)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", done.stderr  # verify exits 0 on unknown keys too: what it says is the finding

@@ -32,7 +32,7 @@ def outcome_of(path: Path) -> dict[str, object]:
 
 def swept(**expected: int) -> dict[str, int]:
     """What `sweep` returns when it did only `expected`."""
-    return {"reverted": 0, "promoted": 0, "abandoned": 0, **expected}
+    return {"reverted": 0, "expired": 0, "promoted": 0, "abandoned": 0, **expected}
 
 
 # -- reaping owners ----------------------------------------------------------------------
@@ -43,7 +43,7 @@ def test_expired_owner_is_reaped_and_its_job_is_ready_again(queue: Queue, owner:
     claim = claim_one(queue, owner)
     heartbeat = hand.heartbeat_of(owner)
     result = queue.sweep(now=heartbeat + owner.lease + 1, is_alive=NOBODY_KNOWS)
-    assert result == swept(reverted=1)
+    assert result == swept(reverted=1, expired=1)
     assert hand.names(State.READY) == [f"096.{job_id}"]
     assert hand.names(State.CLAIMED) == [], "the owner folder (and its reaping. fence) are gone"
     job = queue.job(job_id)
@@ -266,7 +266,7 @@ def test_promote_moves_due_jobs_only(queue: Queue, hand: Hand) -> None:
     assert [claim.job_id for claim in claims] == [due, overdue]
     for claim in claims:
         queue.complete(claim)
-    assert queue.sweep(now=now + 3600, is_alive=NOBODY_KNOWS) == swept(promoted=2)
+    assert queue.sweep(now=now + 3600, is_alive=NOBODY_KNOWS) == swept(promoted=2, expired=1)
     late_owner = hand.owner()  # the sweep at now + 3600 reaped the first owner: its lease ran out
     assert [claim_one(queue, late_owner).job_id for _ in range(2)] == [later, soon]
 

@@ -1,0 +1,165 @@
+"""Prometheus metrics of one or several queues, read from their folders: what the web
+server's `/metrics` serves and `forkvisor metrics` prints or writes for node_exporter's
+textfile collector.
+
+Gauges come from the folder at each scrape (`snapshot.take`: counts, managers, the oldest
+wait); counters come from what the managers and sweepers counted (`jobs.stats`), so they
+survive restarts and add up across hosts. Labels are bounded: queue (the folder's path),
+state, function (registered names only: a manager runs nothing else), outcome, and for
+the heartbeat age the owner name of each live manager. Never a job id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
+
+from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from jobs import DURATION_BUCKETS, OUTCOMES, JobsError, Queue, State, Tally
+from supervisor import snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+Reading: TypeAlias = tuple[str, snapshot.Snapshot | None, Tally | None]  # a queue, read (None: it could not be)
+
+
+def read(queues: Sequence[Queue]) -> list[Reading]:
+    """Each queue's path, snapshot and counters (None, None where it cannot be read)."""
+    readings: list[Reading] = []
+    for queue in queues:
+        try:
+            readings.append((str(queue.path), snapshot.take(queue), queue.stats()))
+        except (OSError, JobsError):
+            readings.append((str(queue.path), None, None))
+    return readings
+
+
+def families(readings: Iterable[Reading]) -> list[Metric]:
+    """Every metric family for `readings`: (queue, its snapshot, its counters), None where
+    the queue could not be read (then only `forkvisor_queue_up` 0 is said of it)."""
+    up = GaugeMetricFamily("forkvisor_queue_up", "1 if the queue folder could be read", labels=["queue"])
+    jobs = GaugeMetricFamily("forkvisor_jobs", "Jobs in each state", labels=["queue", "state"])
+    oldest = GaugeMetricFamily(
+        "forkvisor_oldest_ready_age_seconds",
+        "How long the oldest ready job has waited (0: none ready)",
+        labels=["queue"],
+    )
+    unserved = GaugeMetricFamily(
+        "forkvisor_unserved_ready_jobs",
+        "Ready jobs (among the first 1000) whose function no live manager runs",
+        labels=["queue"],
+    )
+    paused = GaugeMetricFamily("forkvisor_paused", "1 if the whole queue is paused", labels=["queue"])
+    managers = GaugeMetricFamily("forkvisor_managers_alive", "Managers whose lease is current", labels=["queue"])
+    heartbeat = GaugeMetricFamily(
+        "forkvisor_manager_heartbeat_age_seconds", "Seconds since each manager's heartbeat", labels=["queue", "owner"]
+    )
+    running = GaugeMetricFamily("forkvisor_running_jobs", "Jobs running now", labels=["queue"])
+    runs = CounterMetricFamily(
+        "forkvisor_runs", "Runs that ended, by function and outcome", labels=["queue", "function", "outcome"]
+    )
+    retries = CounterMetricFamily("forkvisor_retries", "Failed runs that will run again", labels=["queue", "function"])
+    dead = CounterMetricFamily("forkvisor_dead", "Runs after which the job went to dead/", labels=["queue", "function"])
+    durations = HistogramMetricFamily(
+        "forkvisor_run_duration_seconds", "Wall time of each run", labels=["queue", "function"]
+    )
+    expiries = CounterMetricFamily(
+        "forkvisor_lease_expiries", "Managers a sweeper found dead or past their lease", labels=["queue"]
+    )
+    reverts = CounterMetricFamily(
+        "forkvisor_lease_reverts", "Claims a sweeper gave back after their manager's lease ended", labels=["queue"]
+    )
+    for queue, taken, tally in readings:
+        up.add_metric([queue], 0 if taken is None else 1)
+        if taken is None or tally is None:
+            continue
+        for state in State:
+            if state.value in taken.counts:
+                jobs.add_metric([queue, state.value], taken.counts[state.value])
+        oldest.add_metric([queue], taken.oldest_ready_age or 0.0)
+        unserved.add_metric([queue], taken.unserved.count)
+        paused.add_metric([queue], 1 if taken.paused_all else 0)
+        live = [m for m in taken.managers if not m.reaping and m.alive is not False and m.heartbeat_age <= m.lease]
+        managers.add_metric([queue], len(live))
+        for manager in live:
+            heartbeat.add_metric([queue, manager.owner], manager.heartbeat_age)
+        running.add_metric([queue], len(taken.running))
+        _add_counters(queue, tally, runs, retries, dead, durations)
+        expiries.add_metric([queue], tally.expiries)
+        reverts.add_metric([queue], tally.reverts)
+    return [
+        up,
+        jobs,
+        oldest,
+        unserved,
+        paused,
+        managers,
+        heartbeat,
+        running,
+        runs,
+        retries,
+        dead,
+        durations,
+        expiries,
+        reverts,
+    ]
+
+
+def _add_counters(
+    queue: str,
+    tally: Tally,
+    runs: CounterMetricFamily,
+    retries: CounterMetricFamily,
+    dead: CounterMetricFamily,
+    durations: HistogramMetricFamily,
+) -> None:
+    for function in sorted(tally.functions()):
+        for outcome in OUTCOMES:
+            count = tally.runs.get((function, outcome), 0)
+            if count or outcome == "succeeded":
+                runs.add_metric([queue, function, outcome], count)
+        retries.add_metric([queue, function], tally.runs.get((function, "retried"), 0))
+        dead.add_metric([queue, function], tally.runs.get((function, "dead"), 0))
+        histogram = tally.durations.get(function)
+        if histogram is not None:
+            cumulative, buckets = 0, []
+            for bound, count in zip(DURATION_BUCKETS, histogram.buckets, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if math.isinf(bound) else repr(bound), cumulative))
+            durations.add_metric([queue, function], buckets, histogram.total)
+
+
+class _Fixed:
+    """A collector that hands out metric families read already."""
+
+    def __init__(self, found: list[Metric]) -> None:
+        self.found = found
+
+    def collect(self) -> list[Metric]:
+        return self.found
+
+
+def _registry(found: list[Metric]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)  # only these: not this process's own metrics
+    registry.register(_Fixed(found))
+    return registry
+
+
+def render(found: list[Metric]) -> bytes:
+    """Metric families in Prometheus' text format."""
+    return generate_latest(_registry(found))
+
+
+def exposition(queues: Sequence[Queue]) -> bytes:
+    """The queues' metrics in Prometheus' text format."""
+    return render(families(read(queues)))
+
+
+def write_textfile(queues: Sequence[Queue], path: str) -> None:
+    """Write the metrics for node_exporter's textfile collector, atomically (a temporary
+    file beside `path`, renamed over it: the collector never reads half a file)."""
+    write_to_textfile(path, _registry(families(read(queues))))
