@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tenacity
 
-from jobs import CannotComplete, Registry
+from jobs import CannotComplete, Registry, current
 
 registry = Registry()
 
@@ -48,8 +48,11 @@ def flaky(chance: float = 0.5) -> str:
 
 @registry.job(name="examples.slow", timeout=30)
 def slow(seconds: float) -> float:
-    """Take a while, printing progress to the attempt's stdout."""
-    for step in range(int(seconds * 10)):
+    """Take a while, printing each step to the attempt's stdout and saying how far it is
+    (`forkvisor status`, `show`, `wait` and the web page show it)."""
+    steps = int(seconds * 10)
+    for step in range(steps):
         print(f"step {step}", flush=True)
+        current().progress(step + 1, steps, f"step {step + 1} of {steps}")
         time.sleep(0.1)
     return seconds

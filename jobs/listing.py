@@ -6,6 +6,8 @@ so paging through a million done jobs never holds them all.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from jobs import view
 from jobs.folder import QueueFolder
 from jobs.job import Job, State
@@ -23,7 +25,7 @@ def jobs(
         if limit is None:
             found += _every(folder, current, function)
         else:
-            found += _page(folder, current, function, limit - len(found), after)
+            found += page(folder, current, limit - len(found), after, function, None).jobs
             if len(found) >= limit:
                 break
     return found
@@ -35,20 +37,37 @@ def _every(folder: QueueFolder, state: State, function: str | None) -> list[Job]
     return [job for job in read if job is not None and (function is None or job.function == function)]
 
 
-def _page(folder: QueueFolder, state: State, function: str | None, limit: int, after: str | None) -> list[Job]:
+@dataclass(frozen=True)
+class Page:
+    """Jobs of one state in name order, and where the next page starts (None: no more)."""
+
+    jobs: list[Job]
+    next: str | None
+
+
+def page(
+    folder: QueueFolder, state: State, limit: int, after: str | None, function: str | None, examine: int | None
+) -> Page:
     """Up to `limit` jobs after the entry `after`, reading more names while a function
-    filter leaves the page short (twice as many each time)."""
+    filter leaves the page short (twice as many each time), but at most `examine` entries:
+    a filter that matches rarely returns a short page and where to go on, not a scan of
+    a million jobs."""
     found: list[Job] = []
-    size = max(limit, 1)
+    # a filter reads its whole budget of names in one pass (each pass lists the folder once)
+    size, examined = (max(limit, examine, 1) if function and examine else max(limit, 1)), 0
     while True:
-        chunk = view.first_entries(folder, state, after, size)
+        wanted = size if examine is None else min(size, examine - examined)
+        chunk = view.first_entries(folder, state, after, wanted)
         for place, _ in chunk:
             after = place.name
+            examined += 1
             job = view.read_moving(folder, state, place)
             if job is not None and (function is None or job.function == function):
                 found.append(job)
                 if len(found) == limit:
-                    return found
-        if len(chunk) < size:
-            return found  # the folder has no more
+                    return Page(found, after)
+        if len(chunk) < wanted:
+            return Page(found, None)  # the folder has no more
+        if examine is not None and examined >= examine:
+            return Page(found, after)
         size *= 2

@@ -428,6 +428,19 @@ class Queue:
         a million done jobs never lists them all at once."""
         return listing.jobs(self.folder, None if state is None else State(state), function, limit, after)
 
+    def page(
+        self,
+        state: State | str,
+        limit: int,
+        after: str | None = None,
+        function: str | None = None,
+        examine: int | None = None,
+    ) -> listing.Page:
+        """A page of one state: up to `limit` jobs after the entry `after` (of one
+        `function`, if given), reading at most `examine` entries; `.next` is the `after`
+        of the next page (None: there is no more)."""
+        return listing.page(self.folder, State(state), limit, after, function, examine)
+
     def wait(
         self,
         job_ids: Iterable[str] | None = None,

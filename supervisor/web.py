@@ -35,15 +35,16 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from jobs import JobNotFound, JobsError, Queue, State, Tally, is_job_id
+from jobs import OUTCOMES, JobNotFound, JobsError, Queue, State, Tally, is_job_id
 from supervisor import metrics, snapshot
 
 log = logging.getLogger(__name__)
 REFRESH = 2.0  # seconds a snapshot of the queues is served before it is read again
-SAMPLE_EVERY = 5.0  # seconds between two points of the throughput chart
-HISTORY = 180  # points kept: 15 minutes
+SAMPLE_EVERY = 10.0  # seconds between two points of the chart (twice the managers' stats writes: no aliasing)
+HISTORY = 90  # points kept: 15 minutes
 TAIL_BYTES = 16 * 1024  # of each run's stdout and stderr on a job's page
 PAGE_MAX = 200
+PAGE_EXAMINE = 5000  # entries a filtered page reads at most: a rare function is paged through, not scanned for
 STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -98,9 +99,7 @@ class Board:
 
     def exposition(self) -> bytes:
         with self._lock:
-            readings = [
-                (str(q.path), taken, tally) for q, (_, taken, tally) in zip(self.queues, self._readings(), strict=True)
-            ]
+            readings = self._readings()
         return metrics.render(metrics.families(readings))
 
     def sample(self) -> None:
@@ -121,13 +120,13 @@ class Board:
             raise BadRequest(f"state must be one of {', '.join(s.value for s in State)}") from None
         queue = self._queue(index)
         with self._lock:
-            found = queue.jobs(wanted, function=function or None, limit=limit, after=after or None)
+            found = queue.page(wanted, limit, after or None, function or None, examine=PAGE_EXAMINE)
             served = snapshot.served(queue)
             rows = [
                 {**snapshot.job_summary(job, snapshot.policy_of(queue, job, served)), "what": snapshot.describe(job)}
-                for job in found
+                for job in found.jobs
             ]
-        return {"queue": str(queue.path), "jobs": rows, "next": rows[-1]["entry"] if len(rows) == limit else None}
+        return {"queue": str(queue.path), "jobs": rows, "next": found.next}
 
     def job(self, index: int, job_id: str) -> dict[str, Any]:
         queue = self._queue(index)
@@ -166,7 +165,7 @@ def _totals(tally: Tally) -> dict[str, float]:
     per_outcome = collections.Counter[str]()
     for (_, outcome), count in tally.runs.items():
         per_outcome[outcome] += count
-    return {outcome: per_outcome[outcome] for outcome in ("succeeded", "retried", "dead", "released")}
+    return {outcome: per_outcome[outcome] for outcome in OUTCOMES}
 
 
 def _tail(queue: Queue, job_id: str, run: int, name: str) -> str | None:
@@ -197,14 +196,19 @@ class Handler(BaseHTTPRequestHandler):
         params = {key: values[-1] for key, values in parse_qs(url.query).items()}
         refusal = self.server.refusal(self.headers.get("Host", ""), self.headers.get("Authorization", ""), params)
         if refusal is not None:
-            self._send(refusal[0], json.dumps({"error": refusal[1]}).encode(), "application/json")
+            self._error(*refusal)
             return
         try:
             self._route(url.path, params)
         except NotFound as exc:
-            self._send(HTTPStatus.NOT_FOUND, json.dumps({"error": str(exc)}).encode(), "application/json")
-        except (BadRequest, ValueError) as exc:
-            self._send(HTTPStatus.BAD_REQUEST, json.dumps({"error": str(exc)}).encode(), "application/json")
+            self._error(HTTPStatus.NOT_FOUND, str(exc))
+        except BadRequest as exc:
+            self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        except (OSError, JobsError) as exc:  # the queue cannot be read now (gone, unreadable, a full disk)
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, f"cannot read the queue now: {exc}")
+        except Exception:  # a bug: said in the log and to the page, and the server goes on
+            log.exception("internal error serving %s: this is a bug in forkvisor, please report it", url.path)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal error: see the server's log")
 
     def _route(self, path: str, params: dict[str, str]) -> None:
         board = self.server.board
@@ -216,15 +220,16 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/api/overview":
             self._json(board.overview())
         elif path == "/api/jobs":
-            limit = min(max(int(params.get("limit", "50")), 1), PAGE_MAX)
-            index = int(params.get("queue", "0"))
-            self._json(
-                board.jobs(index, params.get("state", "ready"), params.get("function"), params.get("after"), limit)
-            )
+            limit = min(max(_number(params, "limit", 50), 1), PAGE_MAX)
+            state, function, after = params.get("state", "ready"), params.get("function"), params.get("after")
+            self._json(board.jobs(_number(params, "queue", 0), state, function, after, limit))
         elif path == "/api/job":
-            self._json(board.job(int(params.get("queue", "0")), params.get("id", "")))
+            self._json(board.job(_number(params, "queue", 0), params.get("id", "")))
         else:
             raise NotFound(f"nothing at {path[:80]}")
+
+    def _error(self, status: HTTPStatus, words: str) -> None:
+        self._send(status, json.dumps({"error": words}).encode(), "application/json")
 
     def _json(self, document: Any) -> None:
         self._send(HTTPStatus.OK, json.dumps(document, default=str).encode(), "application/json")
@@ -245,6 +250,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+
+def _number(params: dict[str, str], name: str, default: int) -> int:
+    text = params.get(name)
+    if text is None:
+        return default
+    if not text.isascii() or not text.lstrip("-").isdigit():
+        raise BadRequest(f"{name} must be a whole number, not {text!r:.40}")
+    return int(text)
 
 
 def _static(name: str) -> bytes:

@@ -72,7 +72,7 @@ function shortList(names, shown) {
 function progressCell(progress) {
   if (!progress) return el("td", { text: "–" });
   const share = progress.total ? Math.min(1, progress.done / progress.total) : null;
-  const bar = share === null ? null : el("span", { class: "bar" }, el("span", { style: "width:" + (share * 100).toFixed(0) + "%" }));
+  const bar = share === null ? null : el("progress", { max: "1", value: share.toFixed(3) });  // no style attribute: the CSP allows none
   const words = (share === null ? String(progress.done) : (share * 100).toFixed(0) + "%") + (progress.message ? " " + progress.message : "");
   return el("td", {}, bar, words);
 }
@@ -174,7 +174,8 @@ async function jobList(index, state, query) {
     next = el("p", {}, el("a", { href: "#/q/" + index + "/" + state + "?" + more, text: "next page →" }));
   }
   render(el("p", {}, el("a", { href: "#/", text: "← all queues" })), el("h2", { text: state + " jobs of " + data.queue }), form,
-    rows.length ? table(["job", "state", "what", "attempts", "created", "error"], rows) : el("p", { class: "muted", text: "no jobs here" }), next);
+    rows.length ? table(["job", "state", "what", "attempts", "created", "error"], rows)
+      : el("p", { class: "muted", text: data.next ? "none of this function among the entries read for this page" : "no jobs here" }), next);
 }
 
 // -- one job ----------------------------------------------------------------------

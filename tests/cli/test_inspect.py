@@ -63,7 +63,16 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Finished:
 
 def test_status_of_a_queue_without_managers(finished: Finished) -> None:
     taken = ok("status", finished.queue, "--json").json()
-    assert set(taken) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved", "paused"}
+    assert set(taken) == {
+        "queue",
+        "counts",
+        "managers",
+        "running",
+        "oldest_ready_age",
+        "unserved",
+        "paused",
+        "paused_all",
+    }
     assert taken["paused"] == ""
     assert taken["unserved"] == {"checked": 1, "functions": {"sample.nap": 1}, "known": True, "count": 1}
     assert taken["queue"] == str(finished.queue)
@@ -144,7 +153,16 @@ def test_status_watch_json_prints_one_document_per_refresh(procs: Processes, tmp
     watcher.send_signal(signal.SIGINT)
     assert procs.wait_exit(watcher, 20, "status --watch after Ctrl-C") == 130, procs.log(watcher)
     for document in documents():
-        assert set(document) == {"queue", "counts", "managers", "running", "oldest_ready_age", "unserved", "paused"}
+        assert set(document) == {
+            "queue",
+            "counts",
+            "managers",
+            "running",
+            "oldest_ready_age",
+            "unserved",
+            "paused",
+            "paused_all",
+        }
     assert documents()[0]["counts"]["ready"] == 0
     assert "Traceback" not in procs.log(watcher)
 

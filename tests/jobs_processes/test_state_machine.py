@@ -95,12 +95,13 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _sweep_and_check(self) -> None:
         """Sweep at the fake clock; apply to the model what the sweep must do; compare."""
-        reverted = 0
+        reverted = expired = 0
         for slot in self._live_slots():
             owner = self.owners[slot]
             if self.now <= self.heartbeats[slot] + LEASE:
                 continue
             self.reaped.add(owner.name)
+            expired += 1
             for job in self.jobs.values():
                 if job.state is not State.CLAIMED or job.owner != owner.name:
                     continue
@@ -117,7 +118,7 @@ class QueueMachine(RuleBasedStateMachine):
                 job.state, job.due = State.READY, None
                 promoted += 1
         swept = self.queue.sweep(self.now, unknown_liveness)
-        assert swept == {"reverted": reverted, "promoted": promoted, "abandoned": 0}
+        assert swept == {"reverted": reverted, "expired": expired, "promoted": promoted, "abandoned": 0}
 
     def _draw_claim(self, data: st.DataObject) -> tuple[Claim, ModelJob, bool]:
         """A claim not yet used up, its job, and whether it still holds the job."""

@@ -202,3 +202,20 @@ def test_metrics_are_served_too(web: Web) -> None:
     assert status == 200
     assert headers["Content-Type"].startswith("text/plain")
     assert b"forkvisor_jobs{" in body
+
+
+def test_one_page_for_several_queues_served_by_one_manager(procs: Processes, tmp_path: Path) -> None:
+    urgent, default = Queue(tmp_path / "urgent"), Queue(tmp_path / "default")
+    urgent.enqueue(sample_jobs.ok, "u")
+    for n in range(3):
+        default.enqueue(sample_jobs.ok, n)
+    manager = procs.manager([urgent, default])
+    wait_until(lambda: urgent.counts()["done"] + default.counts()["done"] == 4, 15, "the jobs ran", manager=manager)
+    server, web = start_web(procs, urgent.path, default.path)
+    shown = web.json("/api/overview")["queues"]
+    assert [entry["status"]["queue"] for entry in shown] == [str(urgent.path), str(default.path)]
+    assert [entry["status"]["counts"]["done"] for entry in shown] == [1, 3]
+    assert all(len(entry["status"]["managers"]) == 1 for entry in shown)  # the one manager, in each
+    assert web.json("/api/jobs?queue=1&state=done")["queue"] == str(default.path)
+    server.terminate()
+    assert procs.wait_exit(server, 10, "the web server stops") == 0
