@@ -21,3 +21,7 @@ class NoSuchUser(SupervisorError):
 
 class Stalled(SupervisorError):
     """A --burst manager made no progress for its stall timeout: the queue's file system kept failing."""
+
+
+class Unavailable(SupervisorError):
+    """What a command needs is not there: an optional extra, an address to listen on."""

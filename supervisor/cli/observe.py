@@ -16,7 +16,7 @@ from typing import Any
 
 from jobs import Queue
 from supervisor.cli.common import Commands, Parser, UsageError, add_command, positive_duration
-from supervisor.errors import ConfigError
+from supervisor.errors import Unavailable
 
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 9810
@@ -52,7 +52,7 @@ def _needs_extra() -> Any:
     try:
         from supervisor import metrics, web  # here: prometheus_client is an optional extra
     except ModuleNotFoundError as exc:
-        raise ConfigError(
+        raise Unavailable(
             f"this command needs {exc.name}, which forkvisor's web extra installs: pip install 'forkvisor[web]'"
         ) from None
     return metrics, web
@@ -79,7 +79,7 @@ def _web(args: argparse.Namespace) -> int:
     try:
         web.serve(queues, args.bind, args.port, token, ready)
     except OSError as exc:
-        raise ConfigError(f"cannot listen on {args.bind}:{args.port}: {exc.strerror or exc}") from None
+        raise Unavailable(f"cannot listen on {args.bind}:{args.port}: {exc.strerror or exc}") from None
     return 0
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from jobs import Queue, State
 from tests import sample_jobs
+from tests.cli.conftest import cli, refused
 from tests.conftest import wait_until
 from tests.processes import Processes
 
@@ -217,5 +218,15 @@ def test_one_page_for_several_queues_served_by_one_manager(procs: Processes, tmp
     assert [entry["status"]["counts"]["done"] for entry in shown] == [1, 3]
     assert all(len(entry["status"]["managers"]) == 1 for entry in shown)  # the one manager, in each
     assert web.json("/api/jobs?queue=1&state=done")["queue"] == str(default.path)
+    server.terminate()
+    assert procs.wait_exit(server, 10, "the web server stops") == 0
+
+
+def test_a_port_in_use_is_one_line_and_exit_111(procs: Processes, queue: Queue) -> None:
+    server, web = start_web(procs, queue.path)
+    port = web.url.rsplit(":", 1)[1]
+    taken = cli("web", queue.path, "--port", port)
+    refused(taken, 111, "cannot listen on 127.0.0.1:" + port)
+    refused(cli("web", queue.path, "--port", "70000"), 2, "--port")
     server.terminate()
     assert procs.wait_exit(server, 10, "the web server stops") == 0
