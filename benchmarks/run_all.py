@@ -1,6 +1,6 @@
 """Run every benchmark, then print which targets are met and one final line of JSON.
 
-    python -m benchmarks.run_all [--full] [--dir DIR] [--only throughput commands heavy enqueue latency scale]
+    python -m benchmarks.run_all [--full] [--dir DIR] [--only throughput commands heavy enqueue latency scale keys web]
 
 Quick defaults finish in about five minutes on two cores; `--full` takes bigger
 N, more rounds and the 1-million scale run (about an hour, and up to ~30 GB of
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import commands, common, enqueue, heavy, latency, scale, throughput
+from benchmarks import commands, common, enqueue, heavy, keys, latency, scale, throughput, web
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "throughput": throughput.main,
@@ -25,6 +25,8 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "enqueue": enqueue.main,
     "latency": latency.main,
     "scale": scale.main,
+    "keys": keys.main,
+    "web": web.main,
 }
 
 

@@ -87,6 +87,8 @@ def measure(queue: Queue, rounds: int, with_filter: bool) -> dict[str, Any]:
     finally:
         server.terminate()
         server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
     return {"seconds": {name: common.summary(values) for name, values in times.items()}, "server_rss_mb": rss}
 
 

@@ -76,6 +76,7 @@ from jobs.errors import (
 from jobs.fate import Cause, Reason
 from jobs.folder import DRAIN_FILE
 from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
+from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.policy import Functions, Policy, Source
@@ -120,6 +121,7 @@ __all__ = [
     "JobOptions",
     "JobSpec",
     "JobsError",
+    "KeyTaken",
     "Liveness",
     "MoveCollision",
     "NotFinished",

@@ -29,6 +29,7 @@ class Reason(Enum):
     CANCELLED = "cancelled"  # an operator cancelled it
     EXHAUSTED = "attempts exhausted"  # every attempt its policy allows failed or was lost
     CANNOT_COMPLETE = "cannot be completed"  # the job said so (CannotComplete), or it cannot start here
+    DUPLICATE = "duplicate key"  # a member's submission whose key a live job took first (`jobs.keys`)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ class Cause:
 
 def invalid(message: str) -> Cause:
     return Cause(Reason.INVALID, message)
+
+
+def duplicate(key: str, holder: str) -> Cause:
+    return Cause(Reason.DUPLICATE, f"key {key!r} is held by job {holder}, which is not finished")
 
 
 def cancelled(detail: str = "") -> Cause:

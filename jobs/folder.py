@@ -43,7 +43,8 @@ DRAIN_FILE = "drain"  # in the queue folder: a request that every manager drain 
 QUARANTINE = "quarantine"
 TMP = "tmp"
 STATS = "stats"  # each manager's and sweeper's counters (`jobs.stats`)
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS)
+KEYS = "keys"  # which job holds each unique key (`jobs.keys`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS)
 
 
 def cancel_requested(job: Dir) -> bool:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from jobs import document, fate, files
+from jobs import document, fate, files, keys
 from jobs.config import TMP_AGE
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
 from jobs.fate import Cause
@@ -163,9 +163,10 @@ def _take_job(folder: QueueFolder, job_id: str, taking: str, submitted: float, n
         folder.log_event(job, "enqueued", created)
         folder.log_event(job, f"taken in from incoming/, submitted by {_user(status.st_uid)}", now)
         folder.write_new(job / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
+    cause = checked.cause or _key_taken(folder, job_id, checked, actions)
     try:
-        if checked.cause is not None:
-            folder.bury(staging, job_id, checked.cause, now)  # straight to dead/, saying what to fix
+        if cause is not None:
+            folder.bury(staging, job_id, cause, now)  # straight to dead/, saying what to fix (or who holds its key)
         else:
             _publish(folder, staging, job_id, checked, actions)
     except MoveCollision:  # a job of this id is there already: this one must not stand beside it
@@ -173,6 +174,14 @@ def _take_job(folder: QueueFolder, job_id: str, taking: str, submitted: float, n
         folder.quarantine(incoming / taking, f"job {job_id} exists already", now)
         return
     files.unlink_if_there(taking, incoming.fd)
+
+
+def _key_taken(folder: QueueFolder, job_id: str, checked: _Checked, actions: Actions) -> Cause | None:
+    """Take the submission's key (it is staged: it counts as live); why it is dead if a live
+    job held the key first (the member's own check, before submitting, lost a race)."""
+    key = checked.spec.key if checked.spec is not None else None
+    holder = None if key is None else keys.reserve(folder, key, job_id, actions.locate)
+    return None if holder is None or key is None else fate.duplicate(key, holder)
 
 
 def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked, actions: Actions) -> None:

@@ -157,6 +157,8 @@ class JobOptions:
     memory_limit: int | None = None
     backoff: str | None = None
     metadata: Mapping[str, Any] | None = None
+    key: str | None = None  # at most one live job per key in the queue (`jobs.keys`)
+    if_key_taken: str = "return"  # a live job holds the key: "return" its id, or "raise" KeyTaken
 
     def __post_init__(self) -> None:
         if self.delay is not None and self.run_at is not None:
@@ -182,9 +184,23 @@ class JobOptions:
             check_priority(self.priority)
         if self.metadata is not None and not isinstance(self.metadata, Mapping):
             raise InvalidJob(f"metadata must be a mapping, got {type(self.metadata).__name__}")
+        if self.key is not None:
+            check_key(self.key)
+        if self.if_key_taken not in ("return", "raise"):
+            raise InvalidJob(f'if_key_taken is "return" (the live job\'s id) or "raise", got {self.if_key_taken!r:.40}')
 
     def _normalise(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+
+
+MAX_KEY = 200  # characters
+
+
+def check_key(key: object) -> str:
+    """The key, if it is one: text of 1 to 200 printable characters (see `jobs.keys`)."""
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY or not key.isprintable():
+        raise InvalidJob(f"a job's key must be 1 to {MAX_KEY} printable characters, got {key!r:.80}")
+    return key
 
 
 POLICY_FIELDS = ("max_attempts", "timeout", "memory_limit", "backoff")
@@ -211,6 +227,7 @@ class JobSpec:
     created: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
     submitted_by: int | None = None  # the uid of a member who submitted it through incoming/ (set at take-in)
+    key: str | None = None  # its unique key, if it has one (`jobs.keys`)
 
     def to_json(self) -> bytes:
         document: dict[str, Any] = {
@@ -229,6 +246,8 @@ class JobSpec:
         }
         document.update((key, value) for key, value in given.items() if value is not None)
         document.update(created=self.created, metadata=dict(self.metadata))
+        if self.key is not None:
+            document["key"] = self.key
         if self.submitted_by is not None:
             document["submitted_by"] = {"uid": self.submitted_by}
         return spec_json(document)
@@ -291,6 +310,7 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
     "backoff": (str, type(None)),
     "created": (int, float),
     "metadata": (dict,),
+    "key": (str, type(None)),
 }
 
 

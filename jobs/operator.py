@@ -7,9 +7,10 @@ A member of a shared queue does none of these directly: they ask through `incomi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
-from jobs import fate, files, view
+from jobs import fate, files, keys, view
 from jobs.errors import WrongState
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, QueueFolder
 from jobs.job import State, ready_name
@@ -45,6 +46,11 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
         raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
     with place.open() as job:
         spec = folder.read_spec(job, job_id)
+        locate = functools.partial(view.locate, folder)
+        if spec.key is not None and (holder := keys.reserve(folder, spec.key, job_id, locate)) is not None:
+            raise WrongState(
+                f"cannot retry job {job_id}: its key {spec.key!r} is held by job {holder}, which is not finished"
+            )
         folder.write_counter(job, 0)
         folder.clear_the_way(job, CANCEL_FILE, now)
         files.unlink_if_there(CANCEL_FILE, job.fd)

@@ -8,13 +8,14 @@ quarantines. Specs are checked and encoded once, before anything is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import files, incoming
+from jobs import files, incoming, keys, view
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
@@ -50,6 +51,8 @@ class _Submission:
     priority: int
     data: bytes
     due: float | None
+    key: str | None = None
+    if_key_taken: str = "return"
 
 
 _NO_OPTIONS = JobOptions()  # checked once, not per call
@@ -63,16 +66,33 @@ class Publisher:
         self._on_ready = on_ready
         # Who does not own the queue (a member of a shared one) may write incoming/ only.
         self._via_incoming = not folder.owned()
+        self._locate = functools.partial(view.locate, folder)  # where a key's job is
 
     def submit(self, call: Call, now: float) -> str:
         """Publish one job; once this returns, the job is on disk (and durable when asked)."""
         job = self._build(call, now)
         if self._via_incoming:
+            if job.key is not None and (held := keys.holder(self._folder, job.key, self._locate)) is not None:
+                return _taken(job, held)  # (a managers' take-in checks the key again: see jobs.incoming)
             self._submit_incoming(job)
             return job.id
         staging = self._stage(job, now, sync=self._folder.durable)
+        if job.key is not None and (held := self._reserve(job, job.key, staging)) is not None:
+            return _taken(job, held)
         self._publish(staging, job, sync=self._folder.durable)
         return job.id
+
+    def _reserve(self, job: _Submission, key: str, staging: Entry) -> str | None:
+        """Take `key` for the job while it is staged (so that it counts as live); the live
+        job that holds the key instead, if one does (then the staged job is removed)."""
+        try:
+            held = keys.reserve(self._folder, key, job.id, self._locate)
+        except BaseException:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            raise
+        if held is not None:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+        return held
 
     def submit_many(self, calls: Iterable[Call], now: float) -> list[str]:
         """Publish a batch with one durability barrier; return the ids in order.
@@ -81,6 +101,8 @@ class Publisher:
         as a whole: if it fails part way, the jobs already published stay published.
         """
         built = [self._build(call, now) for call in calls]
+        if any(job.key is not None for job in built):
+            raise InvalidJob("enqueue_many takes no keys: enqueue each job that has a key with enqueue()")
         if self._via_incoming:
             for job in built:
                 self._submit_incoming(job)
@@ -127,10 +149,13 @@ class Publisher:
             document["backoff"] = options.backoff
         document["created"] = now
         document["metadata"] = metadata
+        if options.key is not None:
+            document["key"] = options.key
         if self._via_incoming and due is not None and due > now:
             document["run_at"] = due  # a submission file carries its due time (the manager names the entry)
         data = _encode(document, args, kwargs, metadata)
-        return _Submission(job_id, priority, data, due if due is not None and due > now else None)
+        due = due if due is not None and due > now else None
+        return _Submission(job_id, priority, data, due, options.key, options.if_key_taken)
 
     def _submit_incoming(self, job: _Submission) -> None:
         try:
@@ -167,6 +192,13 @@ class Publisher:
             parent.fsync()
         if job.due is None:
             self._on_ready(name)
+
+
+def _taken(job: _Submission, held: str) -> str:
+    """The id a submission of a taken key returns (or KeyTaken, if it asked)."""
+    if job.if_key_taken == "raise":
+        raise keys.KeyTaken(job.key or "", held)
+    return held
 
 
 class Submitter:

@@ -139,6 +139,7 @@ def job_summary(job: Job, policy: Policy) -> dict[str, Any]:
         "owner": job.owner,
         "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
         "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
+        "key": job.spec.key,
     }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, heavy, progress, spawning
+from benchmarks import commands, common, heavy, keys, progress, spawning, web
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -47,3 +47,13 @@ def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
 def test_the_progress_benchmark_runs(disk: Path) -> None:
     results = progress.main(["--dir", str(disk), "--calls", "1000"])
     assert results["progress_us"] > 0
+
+
+def test_the_keys_benchmark_runs(disk: Path) -> None:
+    results = keys.main(["--dir", str(disk), "--keys", "50", "--jobs", "10", "--rounds", "1"])
+    assert results["rates"]["50 keys"]["enqueue, fresh key"]["median"] > 0
+
+
+def test_the_web_benchmark_runs(disk: Path) -> None:
+    results = web.main(["--dir", str(disk), "--done", "60", "--rounds", "1"])
+    assert results["seconds"]["overview"]["median"] > 0

@@ -201,6 +201,15 @@ def add_job_options(command: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--meta", type=key_value, action="append", default=[], metavar="KEY=VALUE", help="metadata (repeatable)"
     )
+    group.add_argument(
+        "--key", metavar="KEY", help="at most one unfinished job per KEY: a taken key prints the live job's id"
+    )
+    group.add_argument(
+        "--key-taken",
+        choices=("return", "fail"),
+        default="return",
+        help="when a live job holds --key: print its id (return, the default) or fail with exit 3",
+    )
 
 
 def job_options(args: argparse.Namespace) -> JobOptions:
@@ -214,6 +223,8 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         memory_limit=args.memory_limit,
         backoff=args.backoff,
         metadata=metadata or None,
+        key=args.key,
+        if_key_taken="raise" if args.key_taken == "fail" else "return",
     )
 
 

@@ -58,7 +58,7 @@ _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], i
         (UsageError, InvalidJobId, InvalidJob, ArgumentNotSerializable, BadArguments, ConfigError, UnknownCallable),
         EXIT_USAGE,
     ),
-    ((JobNotFound, WrongState, NotFinished), EXIT_NOT_FOUND),
+    ((JobNotFound, WrongState, NotFinished), EXIT_NOT_FOUND),  # (KeyTaken is a WrongState)
     (WaitTimeout, EXIT_TIMEOUT),
     ((JobsError, SupervisorError, OSError), EXIT_ENVIRONMENT),
 ]

@@ -232,6 +232,8 @@ def _show_lines(
     lines.append(f"created   {when(job.created)}")
     if spec.metadata:
         lines.append(f"metadata  {_short(dict(spec.metadata), 200)}")
+    if spec.key is not None:
+        lines.append(f"key       {spec.key}")
     if job.state is State.DONE:
         lines.append(f"result    {_short(job.result, 500)}")
     if job.error:

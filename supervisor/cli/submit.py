@@ -59,6 +59,8 @@ def _submit(args: argparse.Namespace) -> int:
         commands = [args.argv]
     else:
         raise UsageError("no command: write it after --, e.g. forkvisor submit QUEUE -- echo hello")
+    if args.key is not None and len(commands) > 1:
+        raise UsageError(f"--key names one job: give one command with it, not {len(commands)}")
     calls = [command_call(argv, cwd=cwd, env=env, options=options) for argv in commands]
     queue = open_queue(args)
     ids = [queue.submit(calls[0])] if len(calls) == 1 else queue.enqueue_many(calls)

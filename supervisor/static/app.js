@@ -184,7 +184,7 @@ async function jobPage(index, id) {
   const job = await api("api/job?" + new URLSearchParams({ queue: index, id }));
   const facts = table(["", ""], [
     ["state", job.state], ["what", job.what], ["attempts", job.attempts + "/" + job.max_attempts],
-    ["created", when(job.created)], ["held by", job.owner || "–"],
+    ["created", when(job.created)], ["held by", job.owner || "–"], ["key", job.key || "–"],
     ["policy", Object.entries(job.policy).map(([k, v]) => k + " " + (v.value ?? "none") + " (" + v.source + ")").join(", ")],
   ].map(([k, v]) => el("tr", {}, el("th", { text: k }), el("td", { text: String(v) }))));
   const parts = [el("p", {}, el("a", { href: "#/q/" + index + "/" + job.state, text: "← " + job.state + " jobs" })),

@@ -12,7 +12,7 @@ import pytest
 
 from jobs import Queue, QueueError
 
-STATE_FOLDERS = ["claimed", "dead", "done", "incoming", "quarantine", "ready", "scheduled", "stats", "tmp"]
+STATE_FOLDERS = ["claimed", "dead", "done", "incoming", "keys", "quarantine", "ready", "scheduled", "stats", "tmp"]
 
 
 def _mode(path: Path) -> int:

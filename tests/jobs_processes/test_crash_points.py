@@ -277,6 +277,7 @@ class Transition:
 TRANSITIONS: dict[str, Transition] = {
     "enqueue": Transition(with_bystanders, do_enqueue(priority=5)),
     "enqueue-later": Transition(with_bystanders, do_enqueue(delay=300.0)),
+    "enqueue-keyed": Transition(with_bystanders, do_enqueue(key="daily-report")),
     "enqueue-many": Transition(with_bystanders, do_enqueue_many),
     "claim": Transition(ready_target(), do_claim),
     "claim-last-attempt": Transition(ready_target(max_attempts=1), do_claim),
@@ -312,6 +313,8 @@ CASES = [
     ("enqueue", "enqueue:staged", Expect(tmp=1)),
     ("enqueue", "renamed:ready", Expect(published=1)),
     ("enqueue-later", "enqueue:staged", Expect(tmp=1)),
+    ("enqueue-keyed", "enqueue:key-reserved", Expect(tmp=1)),  # the key names a job in tmp/ until it is cleared
+    ("enqueue-keyed", "renamed:ready", Expect(published=1)),
     ("enqueue-later", "renamed:scheduled", Expect(published=1)),
     ("enqueue-many", "enqueue:staged#2", Expect(tmp=2)),
     ("enqueue-many", "renamed:ready#1", Expect(published=1, tmp=2)),

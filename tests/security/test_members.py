@@ -204,3 +204,34 @@ def test_a_member_submits_from_the_shell_with_the_example_script(procs: Processe
     wait_until(lambda: _state(shared_queue, job_id) is State.DONE, 20, "the owner's manager ran alice's job")
     _stop(procs, manager)
     assert Queue(shared_queue, create=False).job(job_id).result["value"] == "from sh"
+
+
+KEYED = (
+    "import sys; from jobs import Queue; "
+    "print(Queue(sys.argv[1], create=False).with_options(key=sys.argv[2]).enqueue('sample.ok', sys.argv[3]))"
+)
+
+
+def test_a_members_keyed_jobs_keep_one_live_job_per_key(procs: Processes, shared_queue: Path) -> None:
+    """A member cannot write keys/: their submissions carry the key and a manager takes it
+    at take-in. Two submitted before any take-in: the one taken in second (managers and
+    sweepers take in concurrently) goes to dead/ naming the other, which runs. Once that
+    one is done, the key is free again, for any member."""
+    submitted = [python_as(ALICE, KEYED, shared_queue, "nightly", text).stdout.strip() for text in "ab"]
+    assert submitted[0] != submitted[1]
+    manager = _manager(procs, shared_queue)
+
+    def one_dead_one_done() -> bool:
+        return sorted(_state(shared_queue, job_id).value for job_id in submitted) == ["dead", "done"]
+
+    wait_until(one_dead_one_done, 20, "both were taken in, one ran")
+    (loser,) = [job_id for job_id in submitted if _state(shared_queue, job_id) is State.DEAD]
+    (winner,) = [job_id for job_id in submitted if job_id != loser]
+    error = json.loads((shared_queue / "dead" / loser / "error.json").read_text())
+    assert error["reason"] == "duplicate key"
+    assert winner in error["message"]
+    third = python_as(BOB, KEYED, shared_queue, "nightly", "c").stdout.strip()  # free again: a new job
+    assert third not in submitted
+    wait_until(lambda: _state(shared_queue, third) is State.DONE, 20, "the third ran")
+    _stop(procs, manager)
+    invariants.check_invariants(shared_queue, [*submitted, third])
