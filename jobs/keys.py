@@ -96,11 +96,15 @@ def holder(folder: QueueFolder, key: str, locate: Locate) -> str | None:
 
 
 def is_live(folder: QueueFolder, job_id: str, locate: Locate) -> bool:
-    """Whether the job may still run: in a live state, or being written under `tmp/`."""
+    """Whether the job may still run: being written under `tmp/`, or in a live state.
+    `tmp/` is looked at first: a job leaves it for `ready/` or `scheduled/` and never comes
+    back, so one that moves meanwhile is found by `locate`, never missed by both."""
+    if folder.tmp.exists(job_id):
+        return True
     try:
         state, _ = locate(job_id)
     except JobNotFound:
-        return folder.tmp.exists(job_id)
+        return False
     return state in LIVE
 
 

@@ -13,8 +13,10 @@ import pytest
 from jobs import InvalidJob, JobOptions, KeyTaken, Owner, Queue, State, WrongState
 from jobs import files as job_files
 from jobs.store import Call
+from tests import sample_jobs
 from tests.conftest import wait_until
 from tests.jobs.conftest import add
+from tests.processes import Processes
 
 KEY = "report:2026-11-23"
 
@@ -154,3 +156,41 @@ def test_retry_takes_the_key_again_or_says_who_holds_it(queue: Queue) -> None:
     queue.retry(first)
     assert queue.job(first).state is State.READY
     assert _keyed(queue) == first
+
+
+def test_never_two_live_jobs_of_one_key_while_submitters_and_a_manager_race(procs: Processes, tmp_path: Path) -> None:
+    """Four processes keep enqueueing one key while a manager runs its jobs to the end:
+    every look at the queue finds at most one unfinished job of the key, and every job
+    that ran held the key alone."""
+    queue = Queue(tmp_path / "q")
+    stop = tmp_path / "stop"
+    submitters = []
+    for n in range(4):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                mine = Queue(queue.path, create=False)
+                while not stop.exists():
+                    mine.with_options(key="hot").enqueue(sample_jobs.ok, n)
+            finally:
+                os._exit(0)
+        submitters.append(pid)
+    manager = procs.manager(queue)
+    looks = 0
+    deadline = time.monotonic() + 3.0
+    try:
+        while time.monotonic() < deadline:
+            manager.step(0.002)
+            live = [job for state in (State.READY, State.SCHEDULED, State.CLAIMED) for job in queue.jobs(state)]
+            assert len(live) <= 1, [(job.id, job.state.value) for job in live]
+            looks += 1
+    finally:
+        stop.touch()
+        for pid in submitters:
+            os.waitpid(pid, 0)
+    unfinished = (State.READY, State.CLAIMED)
+    wait_until(lambda: not any(queue.jobs(s) for s in unfinished), 10, "the last ran", manager=manager)
+    done = queue.counts()["done"]
+    assert done >= 3, f"only {done} jobs ran in 3 s"  # the key was free again after each
+    assert looks > 100
+    assert queue.counts()["dead"] == 0
