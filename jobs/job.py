@@ -339,6 +339,8 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
     )
     if not fields["function"]:
         raise InvalidJob('job.json field "function" is empty: name the registered function to run')
+    if fields.get("key") is not None:
+        check_key(fields["key"])  # a hand-written job.json gets the check an enqueue gets
     fields["args"] = tuple(fields.get("args", ()))
     if document.get("submitted_by") is not None:
         fields["submitted_by"] = _submitter_uid(document["submitted_by"])

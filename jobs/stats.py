@@ -160,18 +160,21 @@ class StatsFile:
         self._name = name = f"{self.role}.{owner}.json"
         if stats is None:
             return
-        base = _read(stats, name)
-        for gone in [] if base is not None else _gone_files(self.folder, stats, self.role):
-            try:
-                files.move(gone, name, src_dir_fd=stats.fd, dst_dir_fd=stats.fd)
-            except (OSError, JobsError):
-                continue  # another manager adopted it first
-            base = _read(stats, name)
-            break
+        base = _read(stats, name) or self._adopt(stats, name)
         if base is not None:
             self.tally.add(base)
             self._written = base.copy()
             self._inode = _inode(stats, name)
+
+    def _adopt(self, stats: Dir, name: str) -> Tally | None:
+        """The counters of one gone process of this role, renamed to `name` (None: none)."""
+        for gone in _gone_files(self.folder, stats, self.role):
+            try:
+                files.move(gone, name, src_dir_fd=stats.fd, dst_dir_fd=stats.fd)
+            except (OSError, JobsError):
+                continue  # another manager adopted it first
+            return _read(stats, name)
+        return None
 
     def write(self, owner: str) -> None:
         """Write the totals; OSError or JobsError if the store refuses (try again later)."""

@@ -87,8 +87,10 @@ class Publisher:
         job that holds the key instead, if one does (then the staged job is removed)."""
         try:
             held = keys.reserve(self._folder, key, job.id, self._locate)
-        except BaseException:
+        except BaseException as exc:
             files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            if isinstance(exc, OSError):  # a full or read-only disk, in the words every enqueue uses
+                raise storage_error(exc, "take the job's key in", self._folder.path) from exc
             raise
         if held is not None:
             files.remove_quietly(staging.name, dir_fd=staging.dir.fd)

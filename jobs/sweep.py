@@ -124,10 +124,8 @@ def reap_owners(
     claimed = folder.at(State.CLAIMED)
     jobs = owners = 0
     for name in claimed.names():
-        moved, fenced = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive) or (
-            0,
-            0,
-        )
+        reaped = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive)
+        moved, fenced = reaped or (0, 0)
         jobs, owners = jobs + moved, owners + fenced
     return jobs, owners
 

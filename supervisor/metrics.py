@@ -83,7 +83,7 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         oldest.add_metric([queue], taken.oldest_ready_age or 0.0)
         unserved.add_metric([queue], taken.unserved.count)
         paused.add_metric([queue], 1 if taken.paused_all else 0)
-        live = [m for m in taken.managers if not m.reaping and m.alive is not False and m.heartbeat_age <= m.lease]
+        live = [manager for manager in taken.managers if manager.live]
         managers.add_metric([queue], len(live))
         for manager in live:
             heartbeat.add_metric([queue, manager.owner], manager.heartbeat_age)

@@ -180,9 +180,10 @@ class Outcomes:
             return False
         if retry is not None:
             heapq.heappush(self._retries, retry)
-        self.tally.run_ended(running.claim.spec.function, _counted_as(running, state), outcome["wall_time"])
+        ended = _ended(running, state)
+        self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"])
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            self._say(running, status, outcome, state, retry)
+            self._say(running, status, outcome, state, retry, ended)
         return True
 
     def _say(
@@ -192,17 +193,20 @@ class Outcomes:
         outcome: dict[str, Any],
         state: State,
         retry: Retry | None,
+        ended: str,
     ) -> None:
         """One line per harvested run, in the user's words, with its fields for JSON logs."""
         claim = running.claim
-        event, words = _what_happened(running, status, outcome, state, retry)
+        event = "retrying" if ended == "retried" else ended  # the logs' word for a run that failed, not its job
+        words = _what_happened(running, status, outcome, retry, ended)
         fields = job_fields(claim, self.queue, event)
         fields.update(duration=outcome["wall_time"], exit=status.describe(), state=state.value)
         log.info("%s %s", describe(claim, self.label), words, extra={"fields": fields})
 
 
-def _counted_as(running: Running, state: State) -> str:
-    """The run's outcome as `jobs.OUTCOMES` names it (the metrics' label)."""
+def _ended(running: Running, state: State) -> str:
+    """How the run ended, as `jobs.OUTCOMES` names it (the metrics' label; the log's event):
+    a job in dead/ is dead even if a drain released its run (an operator cancelled it)."""
     if state is State.DONE:
         return "succeeded"
     if state is State.DEAD:
@@ -230,24 +234,28 @@ def job_fields(claim: Claim, queue: Queue, event: str) -> dict[str, Any]:
 
 
 def _what_happened(
-    running: Running, status: forking.ExitStatus, outcome: dict[str, Any], state: State, retry: Retry | None
-) -> tuple[str, str]:
-    """The event (succeeded, released, retrying, dead) and what happened, in the user's words."""
+    running: Running,
+    status: forking.ExitStatus,
+    outcome: dict[str, Any],
+    retry: Retry | None,
+    ended: str,
+) -> str:
+    """What happened to the run that `ended` so (see `_ended`), in the user's words."""
     took = f"{outcome['wall_time']:.3f}s"
-    if state is State.DONE:
-        return "succeeded", f"succeeded in {took}"
-    if running.released:
-        return "released", f"released after {took} ({status.describe()} by a drain; attempt not counted)"
+    if ended == "succeeded":
+        return f"succeeded in {took}"
+    if ended == "released":
+        return f"released after {took} ({status.describe()} by a drain; attempt not counted)"
     error = outcome.get("error") or {}
     if error.get("type") == "CannotComplete" or status.code == forking.EXIT_CANNOT_COMPLETE:
         why = error.get("message") or status.describe()
-        return "dead", f"cannot be completed, after {took} ({why}); dead, not retried"
-    if running.stopped is Stop.CANCELLED:
-        return "dead", f"cancelled by an operator after {took}; dead"
+        return f"cannot be completed, after {took} ({why}); dead, not retried"
+    if running.stopped is Stop.CANCELLED or (running.released and ended == "dead"):
+        return f"cancelled by an operator after {took}; dead"
     why = running.stopped.value if running.stopped else status.describe()
     if error.get("type") and running.stopped is None and error["type"] not in ("CommandFailed", "Crashed"):
         why += f": {error['type']}"
-    if state is State.DEAD:
-        return "dead", f"failed after {took} ({why}); dead, its {running.claim.attempt} attempt(s) used up"
+    if ended == "dead":
+        return f"failed after {took} ({why}); dead, its {running.claim.attempt} attempt(s) used up"
     when = "now" if retry is None else f"in {max(0.0, retry[0] - time.time()):.1f}s"
-    return "retrying", f"failed after {took} ({why}); retrying {when}"
+    return f"failed after {took} ({why}); retrying {when}"

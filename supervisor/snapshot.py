@@ -39,6 +39,7 @@ class ManagerInfo:
     skipped_count: int  # entries it and its sweeper skip, all told
     concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
     busy: int = 0  # how many it runs now
+    live: bool = False  # serving now, as a sweeper judges it (`OwnerFolder.is_live`)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ def _manager_info(found: OwnerFolder, owner: Owner, now: float, busy: int) -> Ma
         found.skipped_count,
         owner.concurrency,
         busy,
+        found.is_live(now, liveness.is_alive),
     )
 
 

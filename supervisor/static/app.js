@@ -118,7 +118,7 @@ function queueCard(entry) {
   const counts = el("div", { class: "counts" }, ...STATES.filter((s) => s in status.counts).map((state) =>
     el("a", { class: "count " + state, href: "#/q/" + entry.index + "/" + state, "data-state": state },
       el("b", { text: String(status.counts[state]) }), state)));
-  const alive = status.managers.filter((m) => !m.reaping && m.alive !== false && m.heartbeat_age <= m.lease);
+  const alive = status.managers.filter((m) => m.live);
   const facts = el("div", { class: "facts" },
     el("span", { text: "oldest ready job waiting: " + (status.oldest_ready_age === null ? "none ready" : ago(status.oldest_ready_age)) }),
     el("span", { class: alive.length ? "" : "alert", text: "managers alive: " + alive.length }),
@@ -126,7 +126,7 @@ function queueCard(entry) {
     status.unserved.count ? el("span", { class: "alert", text: status.unserved.count + " ready job(s) no manager runs" }) : null);
   const managers = table(["owner", "host", "pid", "heartbeat", "busy", "runs"], status.managers.map((m) =>
     el("tr", {}, el("td", {}, el("code", { text: m.owner })), el("td", { text: m.host }), el("td", { class: "num", text: String(m.pid) }),
-      el("td", { class: m.heartbeat_age > m.lease ? "alert" : "", text: ago(m.heartbeat_age) + " ago" + (m.reaping ? " (reaping)" : "") }),
+      el("td", { class: m.live ? "" : "alert", text: ago(m.heartbeat_age) + " ago" + (m.reaping ? " (reaping)" : "") }),
       el("td", { class: "num", text: m.busy + "/" + (m.concurrency ?? "?") }),
       el("td", { text: m.functions ? shortList(m.functions, 6) : "?" }))));
   const running = table(["job", "function", "attempt", "age", "cpu", "rss", "progress"], status.running.map((job) =>

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import InvalidJob, JobOptions, KeyTaken, Owner, Queue, State, WrongState
+from jobs import InvalidJob, JobOptions, KeyTaken, Owner, Queue, State, WrongState, new_job_id
 from jobs import files as job_files
 from jobs.store import Call
 from tests import sample_jobs
@@ -194,3 +194,17 @@ def test_never_two_live_jobs_of_one_key_while_submitters_and_a_manager_race(proc
     assert done >= 3, f"only {done} jobs ran in 3 s"  # the key was free again after each
     assert looks > 100
     assert queue.counts()["dead"] == 0
+
+
+def test_a_hand_written_job_with_a_bad_key_is_invalid(queue: Queue) -> None:
+    """A key is checked where every job.json is read, not only by enqueue."""
+    job_id = new_job_id()
+    folder = queue.path / "ready" / f"100.{job_id}"
+    folder.mkdir()
+    (folder / "job.json").write_text('{"function": "sample.ok", "args": [], "key": "two\\nlines"}')
+    owner = Owner.new()
+    queue.register_owner(owner)
+    assert queue.claim(owner.name) is None
+    found = queue.job(job_id)
+    assert found.state is State.DEAD
+    assert "key" in (found.error or {}).get("message", "")

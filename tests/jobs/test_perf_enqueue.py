@@ -93,7 +93,7 @@ def test_records_are_written_as_json_dumps_with_indent_1_and_repr_would_write_th
 
 def test_an_enqueued_job_json_is_the_spec_s_own_encoding(queue: Queue, samples: Any) -> None:
     queue.with_options(
-        priority=7, timeout="5m", metadata={"who": "me", "n": [1, 2.5], "deep": [None, True, "é"]}
+        priority=7, timeout="5m", metadata={"who": "me", "n": [1, 2.5], "deep": [None, True, "é"]}, key="k:1"
     ).enqueue(samples.resize, "a.png", width=320)
     (ready_job,) = (queue.path / "ready").iterdir()
     data = (ready_job / "job.json").read_bytes()
@@ -103,6 +103,7 @@ def test_an_enqueued_job_json_is_the_spec_s_own_encoding(queue: Queue, samples: 
     assert (spec.args, spec.kwargs["width"], spec.max_attempts, spec.timeout) == (("a.png",), 320, None, 300.0)
     assert spec.priority == 7
     assert spec.metadata == {"who": "me", "n": [1, 2.5], "deep": [None, True, "é"]}
+    assert spec.key == "k:1"
 
 
 def test_an_argument_json_cannot_encode_is_still_named(queue: Queue) -> None:
