@@ -79,12 +79,16 @@ from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
+from jobs.planner import Planner
 from jobs.policy import Functions, Policy, Source
 from jobs.registry import Registered, Registry
 from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
+from jobs.schedules import DEFAULT_CAP as SCHEDULE_CAP
+from jobs.schedules import DEFAULT_MISSED, MISSED, Schedule, Timing
 from jobs.stats import BUCKETS as DURATION_BUCKETS
 from jobs.stats import OUTCOMES, StatsFile, Tally
 from jobs.store import Call, Queue, Submitter
+from jobs.timetable import ScheduleInfo
 from jobs.units import format_duration, format_size, parse_duration, parse_size
 from jobs.view import OwnerFolder
 
@@ -93,13 +97,16 @@ QUEUE_DEFAULTS = MappingProxyType(_BUILT_IN)  # every queue setting's value wher
 __all__ = [
     "COMMAND",
     "DEFAULT_BACKOFF",
+    "DEFAULT_MISSED",
     "DRAIN_FILE",
     "DURATION_BUCKETS",
+    "MISSED",
     "NOT_PAUSED",
     "OUTCOMES",
     "PAUSE_FILE",
     "QUEUE_DEFAULTS",
     "QUEUE_SETTINGS",
+    "SCHEDULE_CAP",
     "TMP_AGE",
     "ArgumentNotSerializable",
     "Backoff",
@@ -129,6 +136,7 @@ __all__ = [
     "Owner",
     "OwnerFolder",
     "Paused",
+    "Planner",
     "Policy",
     "Queue",
     "QueueError",
@@ -137,12 +145,15 @@ __all__ = [
     "Registered",
     "Registry",
     "Run",
+    "Schedule",
+    "ScheduleInfo",
     "Source",
     "State",
     "StatsFile",
     "StorageError",
     "Submitter",
     "Tally",
+    "Timing",
     "UnknownCallable",
     "UnsupportedFormat",
     "WaitTimeout",

@@ -44,7 +44,9 @@ QUARANTINE = "quarantine"
 TMP = "tmp"
 STATS = "stats"  # each manager's and sweeper's counters (`jobs.stats`)
 KEYS = "keys"  # which job holds each unique key (`jobs.keys`)
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS)
+SCHEDULES = "schedules"  # the schedules added from the shell (`jobs.schedules`)
+TICKS = "ticks"  # each schedule's handled ticks (`jobs.ticks`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS)
 
 
 def cancel_requested(job: Dir) -> bool:

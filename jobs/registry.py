@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from jobs import schedules
 from jobs.errors import BadArguments, InvalidJob, UnknownCallable
 from jobs.job import JobOptions, check_priority
 from jobs.retry import WaitStrategy, as_backoff
+from jobs.schedules import Schedule
 from jobs.units import bytes_of, seconds_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,6 +75,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Registered] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     @overload
     def job(self, fn: F, /) -> F: ...
@@ -88,6 +91,7 @@ class Registry:
         memory_limit: int | str | None = None,
         backoff: str | WaitStrategy | None = None,
         priority: int | None = None,
+        schedule: str | None = None,
     ) -> Callable[[F], F]: ...
 
     def job(
@@ -101,12 +105,14 @@ class Registry:
         memory_limit: int | str | None = None,
         backoff: str | WaitStrategy | None = None,
         priority: int | None = None,
+        schedule: str | None = None,
     ) -> F | Callable[[F], F]:
         """Register a function; use as `@registry.job` or `@registry.job(max_attempts=5, timeout="5m")`.
 
         `timeout` takes seconds, text ("5m") or a timedelta, 0 for no limit; `memory_limit`
         bytes or text ("512M"); `backoff` text ("exponential 1s 5m", "fixed 30s") or any
-        tenacity wait strategy.
+        tenacity wait strategy. `schedule` (a cron expression in UTC, or "every 30s") also
+        runs it periodically, as `periodic` does with its defaults.
         """
         try:  # the forms JobOptions takes from `with_options`, checked the same way
             seconds, size = seconds_of(timeout, "timeout"), bytes_of(memory_limit, "memory_limit")
@@ -129,9 +135,69 @@ class Registry:
             )
             self._add(entry)
             setattr(function, _ATTRIBUTE, entry)
+            if schedule is not None:
+                self._declare(schedules.declared(schedules.name_for(entry.name), schedule, entry.name))
             return function
 
         return register(fn) if fn is not None else register
+
+    def periodic(
+        self,
+        when: str,
+        /,
+        *,
+        tz: str | None = None,
+        name: str | None = None,
+        missed: str = schedules.DEFAULT_MISSED,
+        cap: int = schedules.DEFAULT_CAP,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **policy: Any,
+    ) -> Callable[[F], F]:
+        """Register a function and run it on a schedule, once per tick across every manager
+        of the queue: `@registry.periodic("0 3 * * *", tz="Europe/Paris")`,
+        `@registry.periodic("every 30s")`. `name` names the schedule (default: the function's
+        registered name); `missed` says what to do with ticks that passed while no manager
+        ran: "skip", "once" (the default: one run) or "all" (up to `cap`); `args` and `kwargs`
+        are each tick's arguments; `policy` is `job`'s (max_attempts, timeout, ...).
+        Stack several `periodic` on one function (each with its own `name`) for several times."""
+        timing = schedules.Timing(when, tz)  # checked now, not at the first tick
+
+        def declare(function: F) -> F:
+            entry = registration_of(function)
+            if entry is not None and policy:
+                raise InvalidJob(
+                    f"{entry.name} is registered already: give its policy ({', '.join(sorted(policy))}) "
+                    "where it is registered (the decorator nearest the function)"
+                )
+            entry = entry or registration_of(self.job(**policy)(function))
+            assert entry is not None
+            entry.check_arguments(tuple(args), kwargs or {})
+            self._declare(
+                schedules.declared(
+                    name or schedules.name_for(entry.name),
+                    timing.text,
+                    entry.name,
+                    tz=timing.tz,
+                    args=tuple(args),
+                    kwargs=kwargs,
+                    missed=missed,
+                    cap=cap,
+                )
+            )
+            return function
+
+        return declare
+
+    def _declare(self, schedule: Schedule) -> None:
+        if schedule.name in self._schedules:
+            raise InvalidJob(f"schedule {schedule.name!r} is declared twice: give each periodic() its own name=")
+        self._schedules[schedule.name] = schedule
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules declared with `periodic` (or `job(schedule=...)`)."""
+        return list(self._schedules.values())
 
     def _add(self, entry: Registered) -> None:
         if not entry.name or entry.name.strip() != entry.name:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobs import files, incoming, listing, operator, run_folder, stats, sweep, view, waiting
+from jobs import files, incoming, listing, operator, run_folder, stats, sweep, timetable, view, waiting
 from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
@@ -47,8 +47,11 @@ from jobs.job import (
 )
 from jobs.lease import Liveness, Owner
 from jobs.pause import NOT_PAUSED, Paused
+from jobs.planner import Planner
 from jobs.policy import Functions, Policy
+from jobs.schedules import Schedule
 from jobs.submit import Call, Publisher, Submitter
+from jobs.timetable import ScheduleInfo
 from jobs.view import OwnerFolder
 
 log = logging.getLogger(__name__)
@@ -508,6 +511,34 @@ class Queue:
     def retry(self, job_id: str, now: float | None = None) -> None:
         """Send a dead job back to `ready/` with a fresh set of attempts."""
         operator.retry(self.folder, job_id, _now(now), self._index.add)
+
+    # -- schedules (jobs.schedules, jobs.timetable) -----------------------------------
+
+    def add_schedule(self, schedule: Schedule, *, replace: bool = False) -> None:
+        """Keep `schedule` in the queue folder: every manager of the queue fires it."""
+        timetable.add(self.folder, schedule, replace=replace)
+
+    def remove_schedule(self, name: str) -> None:
+        timetable.remove(self.folder, name)
+
+    def pause_schedule(self, name: str, paused: bool = True) -> None:
+        """Pause (or with `paused=False` resume) a schedule: the ticks passing while it is paused are skipped."""
+        timetable.set_paused(self.folder, name, paused)
+
+    def schedules(self, now: float | None = None) -> list[ScheduleInfo]:
+        """Every schedule of the queue (added here or declared in Python), with its next
+        tick and the job of its last one."""
+        return timetable.every(self.folder, _now(now), self._locate)
+
+    def schedule(self, name: str, now: float | None = None) -> ScheduleInfo:
+        return timetable.info(self.folder, name, _now(now), self._locate)
+
+    def planner(self, declared: Iterable[Schedule] = ()) -> Planner:
+        """The firer of this queue's schedules and `declared` ones (a sweeper's)."""
+        return Planner(self.folder, declared, self._publisher)
+
+    def _locate(self, job_id: str) -> tuple[State, object]:
+        return view.locate(self.folder, job_id)
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------
 

@@ -82,6 +82,29 @@ class Publisher:
         self._publish(staging, job, sync=self._folder.durable)
         return job.id
 
+    def submit_once(self, call: Call, now: float, job_id: str, take: Callable[[], bool]) -> bool:
+        """Publish `call` as the job `job_id` if `take()`, called while the job is staged,
+        says it is this writer's: a schedule's tick (`jobs.ticks`). False if another writer
+        is staging the same id or took it first."""
+        job = self._build(call, now, job_id)
+        try:
+            staging = self._stage(job, now, sync=self._folder.durable)
+        except FileExistsError:
+            return False  # another firer of the same tick is at work: it is theirs
+        try:
+            taken = take()
+        except BaseException:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            raise
+        if not taken:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            return False
+        try:
+            self._publish(staging, job, sync=self._folder.durable)
+        except FileNotFoundError:
+            pass  # a sweep published it, taking this firer for dead (`sweep.clear_tmp`)
+        return True
+
     def _reserve(self, job: _Submission, key: str, staging: Entry) -> str | None:
         """Take `key` for the job while it is staged (so that it counts as live); the live
         job that holds the key instead, if one does (then the staged job is removed)."""
@@ -126,12 +149,12 @@ class Publisher:
                 self._folder.at(state).fsync()
         return [job.id for job in built]
 
-    def _build(self, call: Call, now: float) -> _Submission:
+    def _build(self, call: Call, now: float, job_id: str | None = None) -> _Submission:
         options = call.options or _NO_OPTIONS
         name, registered = _function_name(call.fn)
         if registered is not None:
             registered.check_arguments(tuple(call.args), call.kwargs)
-        job_id = new_job_id(now)
+        job_id = job_id or new_job_id(now)
         priority = _first(options.priority, registered and registered.priority, 0)
         args = list(call.args)
         kwargs = dict(call.kwargs)
@@ -171,6 +194,11 @@ class Publisher:
         staging = folder.tmp / job.id
         try:
             folder.make_dir(staging)
+        except FileExistsError:
+            raise  # another writer's job of the same id (a schedule's tick): not ours to remove
+        except OSError as exc:
+            raise storage_error(exc, "enqueue into", folder.path) from exc
+        try:
             with staging.open() as made:
                 # The event first: created before job.json's fsync, its entry is committed by that
                 # fsync, so the folder's fsync below finds nothing new (two journal commits, not three).

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import fate, files, view
+from jobs import fate, files, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem
 from jobs.handles import Dir, Entry
@@ -93,7 +93,7 @@ def sweep(
     chores: list[Callable[[], dict[str, int]]] = [
         reap,
         lambda: {"promoted": len(promote_due(folder, now, on_ready, skips))},
-        lambda: {"abandoned": clear_tmp(folder, now, tmp_age, skips)},
+        lambda: {"abandoned": clear_tmp(folder, now, tmp_age, skips, on_ready)},
     ]
     done: dict[str, int] = {}
     failure: BaseException | None = None
@@ -337,21 +337,30 @@ def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[
     return True
 
 
-def clear_tmp(folder: QueueFolder, now: float, max_age: float, skips: Skips | None = None) -> int:
-    """Quarantine submissions left in `tmp/` longer than `max_age`; finish interrupted purges
-    (a part of each per sweep: a tree may be deep)."""
+def clear_tmp(
+    folder: QueueFolder,
+    now: float,
+    max_age: float,
+    skips: Skips | None = None,
+    on_ready: Callable[[str], None] = lambda name: None,
+) -> int:
+    """Quarantine submissions left in `tmp/` longer than `max_age`; publish the jobs of
+    ticks whose firer died after taking the tick; finish interrupted purges (a part of
+    each per sweep: a tree may be deep)."""
     skips = skips or Skips()
     names = folder.tmp.names()
-    return sum(skips.guarded("tmp/ entry", name, _clear, folder, name, now, max_age) or 0 for name in names)
+    return sum(skips.guarded("tmp/ entry", name, _clear, folder, name, now, max_age, on_ready) or 0 for name in names)
 
 
-def _clear(folder: QueueFolder, name: str, now: float, max_age: float) -> int:
+def _clear(folder: QueueFolder, name: str, now: float, max_age: float, on_ready: Callable[[str], None]) -> int:
     tmp = folder.tmp
     if name.startswith(PURGE_PREFIX):
         # A purge died, or stopped at its budget, after its rename (the job is recorded as
         # purged): go on with it whatever its age. Removing one part each sweep renews its
         # time, and two removers of one tree only ever remove within it.
         files.remove_quietly(name, TREE_BUDGET, tmp.fd)
+        return 1
+    if ticks.publish_abandoned(folder, name, now, on_ready):
         return 1
     if _age(tmp / name, now) <= max_age:
         return 0

@@ -2,7 +2,8 @@
 
 Each sweep, judged by the file system's clock: return the claims of dead or
 expired owners, promote due scheduled jobs, quarantine abandoned submissions,
-and purge done jobs past the retention if one is set. Several sweepers (one
+and purge done jobs past the retention if one is set. Between sweeps, at each
+schedule's tick (by the host's clock), enqueue its job (`jobs.planner`). Several sweepers (one
 per manager, on any host) may sweep one queue: every move is a rename that
 only one of them can win.
 """
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs import Functions, JobsError, Queue, State, StatsFile
+from jobs import Functions, JobsError, Planner, Queue, State, StatsFile
 from supervisor import forking, liveness
 from supervisor.pacing import Backoff
 from supervisor.titles import Role, set_title
@@ -25,6 +26,7 @@ BACKOFF_MIN, BACKOFF_MAX = 1.0, 60.0
 HEALTHY_RUN = 60.0  # a sweeper that ran this long before dying was not crash-looping
 TREE_BUDGET = 2_000  # entries of one purged job removed per sweep; later sweeps finish a bigger one
 PURGE_EVERY_MAX = 300.0
+TICK_SLACK = 0.05  # the shortest sleep: a tick found due again at once is not a busy loop
 TAKE_IN_PER_SWEEP = 1000  # applying the retention lists and stats all of done/: not at every sweep
 
 
@@ -42,20 +44,36 @@ def run(
     set_title(Role.SWEEPER, f"forkvisor: sweeper {path}")
     queue = Queue(path, create=False, durable=durable)
     every = purge_interval(retention, interval)
-    next_purge = 0.0
+    planner = queue.planner(functions.registry.schedules)
+    next_purge = next_sweep = 0.0
     recorded: dict[str, str] = {}
     stats = _counters(queue, owner)
     while True:
         now = time.monotonic()
-        purge_now = now >= next_purge
-        done = sweep_once(queue, functions, tmp_age, retention if purge_now else None)
-        if done is not None and purge_now:
-            next_purge = now + every  # a failed sweep purges again at the next one
-        if owner is not None:
-            recorded = _record_skips(queue, owner, recorded)
-            if stats is not None and done and (done.get("reverted") or done.get("expired")):
-                _count(stats, owner, done)
-        time.sleep(interval)  # a periodic chore, not on the path from enqueue to start
+        if now >= next_sweep:
+            next_sweep = now + interval
+            purge_now = now >= next_purge
+            done = sweep_once(queue, functions, tmp_age, retention if purge_now else None)
+            if done is not None and purge_now:
+                next_purge = now + every  # a failed sweep purges again at the next one
+            if owner is not None:
+                recorded = _record_skips(queue, owner, recorded)
+                if stats is not None and done and (done.get("reverted") or done.get("expired")):
+                    _count(stats, owner, done)
+        next_tick = fire_due(queue, planner)
+        wait = next_sweep - time.monotonic()
+        if next_tick is not None:
+            wait = min(wait, next_tick - time.time())
+        time.sleep(max(wait, TICK_SLACK))  # periodic chores, not on the path from enqueue to start
+
+
+def fire_due(queue: Queue, planner: Planner) -> float | None:
+    """Enqueue the jobs of the schedules' due ticks; when the next tick is due (wall clock)."""
+    try:
+        return planner.fire(time.time(), time.monotonic())[1]  # each job enqueued is logged
+    except (OSError, JobsError) as exc:
+        log.error("cannot fire the schedules of %s: %s", queue.path, exc)
+        return None
 
 
 def _counters(queue: Queue, owner: str | None) -> StatsFile | None:

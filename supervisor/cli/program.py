@@ -37,7 +37,7 @@ from jobs import (
     __version__,
     storage_error,
 )
-from supervisor.cli import admin, environment, observe, reading, serve, submit
+from supervisor.cli import admin, environment, observe, reading, schedule, serve, submit
 from supervisor.cli.common import (
     EXIT_ENVIRONMENT,
     EXIT_INTERNAL,
@@ -102,7 +102,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     args = top.parse_args(argv)
     if command:
         if not hasattr(args, "argv"):
-            top.error(f"unexpected -- {' '.join(command)}: only `forkvisor submit` takes a command after --")
+            top.error(f"unexpected -- {' '.join(command)}: only `submit` and `schedule add` take a command after --")
         args.argv = [*args.argv, *command]
     return args
 
@@ -112,7 +112,7 @@ def parser() -> Parser:
     add_log_options(top)
     top.add_argument("--version", action="version", version=f"forkvisor {__version__}")
     commands = top.add_subparsers(required=True, metavar="COMMAND", parser_class=Parser)
-    for module in (serve, admin, submit, reading, observe):
+    for module in (serve, admin, submit, schedule, reading, observe):
         module.add_commands(commands)
     return top
 

@@ -108,7 +108,7 @@ CASES = [
     pytest.param(("submit", "{queue}", "--env", "NOEQUALS", "--", "true"), 2, "KEY=VALUE", id="env-without-value"),
     pytest.param(("submit", "{queue}"), 2, "no command", id="submit-without-command"),
     pytest.param(("submit", "{queue}", "--stdin", "--", "true"), 2, "not both", id="submit-stdin-and-command"),
-    pytest.param(("list", "{queue}", "--", "true"), 2, "only `forkvisor submit`", id="double-dash-elsewhere"),
+    pytest.param(("list", "{queue}", "--", "true"), 2, "only `submit` and `schedule add`", id="double-dash-elsewhere"),
     pytest.param(("list", "{queue}", "--limit", "-1"), 2, "--limit", id="negative-limit"),
     pytest.param(("logs", "{queue}", "{done}", "--attempt", "7"), 2, "has no run 7", id="logs-no-such-run"),
     pytest.param(("config", "{queue}", "colour"), 2, "not a queue setting", id="config-unknown-key"),

@@ -12,7 +12,20 @@ import pytest
 
 from jobs import Queue, QueueError
 
-STATE_FOLDERS = ["claimed", "dead", "done", "incoming", "keys", "quarantine", "ready", "scheduled", "stats", "tmp"]
+STATE_FOLDERS = [
+    "claimed",
+    "dead",
+    "done",
+    "incoming",
+    "keys",
+    "quarantine",
+    "ready",
+    "scheduled",
+    "schedules",
+    "stats",
+    "ticks",
+    "tmp",
+]
 
 
 def _mode(path: Path) -> int:
