@@ -1,6 +1,7 @@
 """Run every benchmark, then print which targets are met and one final line of JSON.
 
-    python -m benchmarks.run_all [--full] [--dir DIR] [--only throughput commands heavy enqueue latency scale keys web]
+    python -m benchmarks.run_all [--full] [--dir DIR] [--only NAME...]   (NAME: throughput commands heavy
+        enqueue latency scale keys planning web)
 
 Quick defaults finish in about five minutes on two cores; `--full` takes bigger
 N, more rounds and the 1-million scale run (about an hour, and up to ~30 GB of
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import commands, common, enqueue, heavy, keys, latency, scale, throughput, web
+from benchmarks import commands, common, enqueue, heavy, keys, latency, planning, scale, throughput, web
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "throughput": throughput.main,
@@ -26,6 +27,7 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "latency": latency.main,
     "scale": scale.main,
     "keys": keys.main,
+    "planning": planning.main,
     "web": web.main,
 }
 

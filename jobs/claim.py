@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import fate, files, sweep, view
+from jobs import depends, fate, files, sweep, view
 from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
 from jobs.fate import Cause
 from jobs.folder import OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem, indented_json
@@ -228,6 +228,9 @@ class Claimer:
             if paused.covers(spec.function):
                 self._give_back(place, name, None)  # until resumed (see `pause`)
                 return None
+            if spec.depends_on and (found := depends.verdict(self.folder, spec)) != depends.RUN:
+                self._not_yet(place, job_id, spec, found, now)  # written into ready/ by hand, say
+                return None
             try:
                 used = self.folder.read_counter(job)
             except InvalidJob as exc:
@@ -247,6 +250,15 @@ class Claimer:
                 files.write_new(POLICY_FILE, record, durable=False, mode=self.folder.file_mode, dir_fd=opened.fd)
             self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
         return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place)
+
+    def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: str | Cause, now: float) -> None:
+        """A job that depends on unfinished jobs waits for them; one whose dependency is dead is buried."""
+        if isinstance(found, Cause):
+            self._bury(place, job_id, found, now)
+            return
+        depends.write_edges(self.folder, job_id, spec.depends_on)
+        self.folder.move(place, self.folder.at(State.WAITING) / job_id)
+        depends.settle(self.folder, job_id, now, self._index.add)  # one may have ended meanwhile
 
     def _give_back(self, place: Entry, name: str, function: str | None) -> None:
         """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
@@ -341,7 +353,13 @@ class Claimer:
             _, place = view.locate(self.folder, claim.job_id)
             with place.open() as job:
                 self.folder.log_event(job, f"run {claim.run} by {claim.owner} {how} after its claim was lost", now)
-        except (JobsError, FileNotFoundError):
+                # Its folder may have been made after a sweep reaped the claim (its owner was
+                # stopped mid-claim): the sweep found no run to mark, so the story ends here.
+                with job.sub(f"attempt-{claim.run}") as run:
+                    if not run.exists(OUTCOME_FILE):
+                        lost = {"run": claim.run, "lost": True, "error": f"the run's claim was lost; it {how}"}
+                        self.folder.write_json(run / OUTCOME_FILE, lost)
+        except (JobsError, OSError):
             return
 
     def _cancel_requested(self, claim: Claim) -> bool:

@@ -30,6 +30,7 @@ class Reason(Enum):
     EXHAUSTED = "attempts exhausted"  # every attempt its policy allows failed or was lost
     CANNOT_COMPLETE = "cannot be completed"  # the job said so (CannotComplete), or it cannot start here
     DUPLICATE = "duplicate key"  # a member's submission whose key a live job took first (`jobs.keys`)
+    DEPENDENCY = "dependency dead"  # a job it depends on is dead (`jobs.depends`)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ def invalid(message: str) -> Cause:
 
 def duplicate(key: str, holder: str) -> Cause:
     return Cause(Reason.DUPLICATE, f"key {key!r} is held by job {holder}, which is not finished")
+
+
+def dependency_dead(parent: str) -> Cause:
+    return Cause(Reason.DEPENDENCY, f"job {parent}, which it depends on, is dead (allow_failure would have run it)")
 
 
 def cancelled(detail: str = "") -> Cause:

@@ -46,7 +46,8 @@ STATS = "stats"  # each manager's and sweeper's counters (`jobs.stats`)
 KEYS = "keys"  # which job holds each unique key (`jobs.keys`)
 SCHEDULES = "schedules"  # the schedules added from the shell (`jobs.schedules`)
 TICKS = "ticks"  # each schedule's handled ticks (`jobs.ticks`)
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS)
+EDGES = "edges"  # which jobs wait for which (`jobs.depends`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS, EDGES)
 
 
 def cancel_requested(job: Dir) -> bool:

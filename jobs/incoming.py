@@ -99,6 +99,7 @@ class Actions:
     retry: Callable[[str], Any]  # an operator's retry of job ID
     locate: Callable[[str], tuple[State, Entry]]  # where job ID is; JobNotFound if it is nowhere
     on_ready: Callable[[str], None]  # a name put in ready/
+    publish_waiting: Callable[[Entry, str, JobSpec], None]  # a job with depends_on, staged (`jobs.depends`)
 
 
 def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64, leftovers: bool = False) -> int:
@@ -189,7 +190,9 @@ def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked
     if spec is None or fields is None:
         raise InternalError(f"job {job_id} was taken in without a spec: a bug in forkvisor")
     due = fields.get("run_at")
-    if isinstance(due, int | float) and not isinstance(due, bool) and due > 0:
+    if spec.depends_on:
+        actions.publish_waiting(staging, job_id, spec)
+    elif isinstance(due, int | float) and not isinstance(due, bool) and due > 0:
         target = folder.at(State.SCHEDULED) / scheduled_name(job_id, spec.priority, min(due, LATEST_DUE))
         folder.move(staging, target)
     else:

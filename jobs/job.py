@@ -18,7 +18,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
@@ -50,6 +50,7 @@ class State(enum.StrEnum):
     INCOMING = "incoming"  # submitted by a member of a shared queue as a file: not taken in yet
     READY = "ready"
     SCHEDULED = "scheduled"
+    WAITING = "waiting"  # for the jobs it depends on to be done (`jobs.depends`)
     CLAIMED = "claimed"
     DONE = "done"
     DEAD = "dead"
@@ -159,6 +160,8 @@ class JobOptions:
     metadata: Mapping[str, Any] | None = None
     key: str | None = None  # at most one live job per key in the queue (`jobs.keys`)
     if_key_taken: str = "return"  # a live job holds the key: "return" its id, or "raise" KeyTaken
+    depends_on: Sequence[str] | None = None  # job ids: it waits until all are done (`jobs.depends`)
+    allow_failure: bool = False  # with depends_on: run once they ended, done or dead
 
     def __post_init__(self) -> None:
         if self.delay is not None and self.run_at is not None:
@@ -188,12 +191,32 @@ class JobOptions:
             check_key(self.key)
         if self.if_key_taken not in ("return", "raise"):
             raise InvalidJob(f'if_key_taken is "return" (the live job\'s id) or "raise", got {self.if_key_taken!r:.40}')
+        if self.depends_on is not None:
+            self._normalise("depends_on", check_depends_on(self.depends_on))
+            if self.delay or self.run_at is not None:
+                raise InvalidJob("a job with depends_on starts when they are done: give it no delay or run_at")
+        if not isinstance(self.allow_failure, bool):
+            raise InvalidJob(f"allow_failure is True or False, got {self.allow_failure!r:.40}")
 
     def _normalise(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
 
 
 MAX_KEY = 200  # characters
+MAX_DEPENDS = 1000  # jobs one job may depend on
+
+
+def check_depends_on(depends_on: object) -> tuple[str, ...]:
+    """The ids a job depends on, if they are: a list of distinct job ids (at most 1,000)."""
+    if isinstance(depends_on, str) or not isinstance(depends_on, Sequence):
+        raise InvalidJob(f"depends_on is a list of job ids, got {depends_on!r:.80}")
+    ids = tuple(depends_on)
+    for job_id in ids:
+        if not isinstance(job_id, str) or not is_job_id(job_id):
+            raise InvalidJob(f"depends_on: {job_id!r:.60} is not a job id (YYYYMMDD-HHMMSS-ffffff-xxxxxxxx)")
+    if len(set(ids)) != len(ids) or len(ids) > MAX_DEPENDS:
+        raise InvalidJob(f"depends_on names each job once, at most {MAX_DEPENDS} of them")
+    return ids
 
 
 def check_key(key: object) -> str:
@@ -228,6 +251,8 @@ class JobSpec:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     submitted_by: int | None = None  # the uid of a member who submitted it through incoming/ (set at take-in)
     key: str | None = None  # its unique key, if it has one (`jobs.keys`)
+    depends_on: tuple[str, ...] = ()  # the jobs it waits for (`jobs.depends`)
+    allow_failure: bool = False  # it runs even if one of them ends dead
 
     def to_json(self) -> bytes:
         document: dict[str, Any] = {
@@ -248,6 +273,10 @@ class JobSpec:
         document.update(created=self.created, metadata=dict(self.metadata))
         if self.key is not None:
             document["key"] = self.key
+        if self.depends_on:
+            document["depends_on"] = list(self.depends_on)
+        if self.allow_failure:
+            document["allow_failure"] = True
         if self.submitted_by is not None:
             document["submitted_by"] = {"uid": self.submitted_by}
         return spec_json(document)
@@ -341,6 +370,16 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
         raise InvalidJob('job.json field "function" is empty: name the registered function to run')
     if fields.get("key") is not None:
         check_key(fields["key"])  # a hand-written job.json gets the check an enqueue gets
+    if document.get("depends_on") is not None:
+        fields["depends_on"] = check_depends_on(document["depends_on"])
+        if job_id in fields["depends_on"]:
+            raise InvalidJob(f"job {job_id} depends on itself")
+    if document.get("allow_failure") is not None:
+        if not isinstance(document["allow_failure"], bool):
+            raise InvalidJob(
+                f'job.json field "allow_failure" must be true or false, got {document["allow_failure"]!r:.40}'
+            )
+        fields["allow_failure"] = document["allow_failure"]
     fields["args"] = tuple(fields.get("args", ()))
     if document.get("submitted_by") is not None:
         fields["submitted_by"] = _submitter_uid(document["submitted_by"])

@@ -1,4 +1,4 @@
-"""Unique jobs: at most one live job (incoming, ready, scheduled or claimed) per key.
+"""Unique jobs: at most one live job (incoming, ready, scheduled, waiting or claimed) per key.
 
 A key is a folder of `keys/` (its name: the key, with unsafe characters escaped) holding
 numbered generations, each a file naming the job that holds the key:
@@ -39,7 +39,7 @@ _SAFE = re.compile(r"[A-Za-z0-9_.:@+=,-]")
 _GENERATION = re.compile(r"^\d{10}$")
 _TRIES = 100
 _LONGEST = 200  # characters of a key's folder name
-LIVE = (State.INCOMING, State.READY, State.SCHEDULED, State.CLAIMED)
+LIVE = (State.INCOMING, State.READY, State.SCHEDULED, State.WAITING, State.CLAIMED)
 Locate = Callable[[str], tuple[State, Entry]]  # `view.locate` for one folder: JobNotFound if nowhere
 
 

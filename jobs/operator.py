@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from jobs import fate, files, keys, view
+from jobs import depends, fate, files, keys, view
 from jobs.errors import WrongState
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, QueueFolder
 from jobs.job import State, ready_name
@@ -54,7 +54,15 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
         folder.write_counter(job, 0)
         folder.clear_the_way(job, CANCEL_FILE, now)
         files.unlink_if_there(CANCEL_FILE, job.fd)
-        folder.log_event(job, "ready: retried by an operator, attempts reset", now)
+        if spec.depends_on:
+            folder.log_event(job, "waiting: retried by an operator, attempts reset", now)
+        else:
+            folder.log_event(job, "ready: retried by an operator, attempts reset", now)
+    if spec.depends_on:  # it waits for its dependencies again (one may have been retried too)
+        depends.write_edges(folder, job_id, spec.depends_on)
+        folder.move(place, folder.at(State.WAITING) / job_id)
+        depends.settle(folder, job_id, now, on_ready)
+        return
     target = folder.at(State.READY) / ready_name(job_id, spec.priority)
     folder.move(place, target)
     on_ready(target.name)

@@ -167,8 +167,9 @@ class Schedule:
             raise InvalidJob(f"cap={self.cap!r}: the most missed ticks to run is a whole number, at least 1")
         if not isinstance(self.function, str) or not self.function.strip():
             raise InvalidJob(f"schedule {self.name!r} names no function to run")
-        if self.options.key is not None or self.options.delay or self.options.run_at is not None:
-            raise InvalidJob(f"schedule {self.name!r}: a tick's job takes no key, delay or run_at")
+        options = self.options
+        if options.key is not None or options.delay or options.run_at is not None or options.depends_on:
+            raise InvalidJob(f"schedule {self.name!r}: a tick's job takes no key, delay, run_at or depends_on")
 
     def to_json(self) -> dict[str, Any]:
         """`schedules/NAME.json`'s content (docs/FORMAT.md)."""

@@ -15,10 +15,11 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobs import files, incoming, listing, operator, run_folder, stats, sweep, timetable, view, waiting
+from jobs import depends, files, incoming, listing, operator, run_folder, stats, sweep, timetable, view, waiting
 from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer
 from jobs.command import command_call
@@ -294,6 +295,9 @@ class Queue:
             retry=self.retry,
             locate=lambda job_id: view.locate(self.folder, job_id),
             on_ready=self._index.add,
+            publish_waiting=lambda staging, job_id, spec: self._publisher.publish_waiting(
+                staging, job_id, spec.depends_on, now
+            ),
         )
         return incoming.take_in(self.folder, now, actions, budget, leftovers)
 
@@ -512,6 +516,26 @@ class Queue:
         """Send a dead job back to `ready/` with a fresh set of attempts."""
         operator.retry(self.folder, job_id, _now(now), self._index.add)
 
+    # -- dependencies (jobs.depends) --------------------------------------------------
+
+    def settle_dependents(self, job_id: str, now: float | None = None, budget: int | None = None) -> int:
+        """Move on the jobs waiting for `job_id`, which ended: to ready/ once all they depend on
+        are done, to dead/ if it died (and they do not allow failure); return how many were looked at."""
+        return depends.settle_dependents(self.folder, job_id, _now(now), self._index.add, budget)
+
+    def chain(self, calls: Iterable[Call]) -> list[str]:
+        """Enqueue each call to run after the one before it is done; return their ids."""
+        ids: list[str] = []
+        for call in calls:
+            ids.append(self.submit(_after(call, ids[-1:])))
+        return ids
+
+    def fan_in(self, calls: Iterable[Call], then: Call) -> tuple[list[str], str]:
+        """Enqueue `calls` (run in any order, at once), and `then` to run after all of them are
+        done; return their ids and `then`'s."""
+        ids = [self.submit(call) for call in calls]
+        return ids, self.submit(_after(then, ids))
+
     # -- schedules (jobs.schedules, jobs.timetable) -----------------------------------
 
     def add_schedule(self, schedule: Schedule, *, replace: bool = False) -> None:
@@ -580,6 +604,14 @@ class Queue:
     def filesystem_now(self) -> float:
         """The file system's clock, for judging leases (see `jobs.lease`)."""
         return filesystem_now(self.folder.root, self.folder.file_mode)
+
+
+def _after(call: Call, parents: list[str]) -> Call:
+    """`call`, also depending on `parents`."""
+    if not parents:
+        return call
+    options = call.options or JobOptions()
+    return Call(call.fn, call.args, call.kwargs, replace(options, depends_on=(*(options.depends_on or ()), *parents)))
 
 
 def _now(now: float | None) -> float:

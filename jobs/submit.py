@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import files, incoming, keys, view
+from jobs import depends, files, incoming, keys, view
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
@@ -53,6 +53,7 @@ class _Submission:
     due: float | None
     key: str | None = None
     if_key_taken: str = "return"
+    depends_on: tuple[str, ...] = ()
 
 
 _NO_OPTIONS = JobOptions()  # checked once, not per call
@@ -71,6 +72,8 @@ class Publisher:
     def submit(self, call: Call, now: float) -> str:
         """Publish one job; once this returns, the job is on disk (and durable when asked)."""
         job = self._build(call, now)
+        if job.depends_on:  # a typo would wait for ever
+            depends.check_parents(self._folder, job.id, job.depends_on)
         if self._via_incoming:
             if job.key is not None and (held := keys.holder(self._folder, job.key, self._locate)) is not None:
                 return _taken(job, held)  # (a managers' take-in checks the key again: see jobs.incoming)
@@ -79,8 +82,24 @@ class Publisher:
         staging = self._stage(job, now, sync=self._folder.durable)
         if job.key is not None and (held := self._reserve(job, job.key, staging)) is not None:
             return _taken(job, held)
-        self._publish(staging, job, sync=self._folder.durable)
+        if job.depends_on:
+            self.publish_waiting(staging, job.id, job.depends_on, now)
+        else:
+            self._publish(staging, job, sync=self._folder.durable)
         return job.id
+
+    def publish_waiting(self, staging: Entry, job_id: str, parents: tuple[str, ...], now: float) -> None:
+        """Publish a staged job that depends on `parents`: its edges, then waiting/, then a
+        look at its parents (any that ended meanwhile release it now)."""
+        try:
+            depends.write_edges(self._folder, job_id, parents)
+            files.checkpoint("enqueue:edges-written")
+            depends.publish_waiting(self._folder, staging, job_id)
+        except OSError as exc:
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            raise storage_error(exc, "enqueue into", self._folder.path) from exc
+        files.checkpoint("enqueue:waiting")
+        depends.settle(self._folder, job_id, now, self._on_ready)
 
     def submit_once(self, call: Call, now: float, job_id: str, take: Callable[[], bool]) -> bool:
         """Publish `call` as the job `job_id` if `take()`, called while the job is staged,
@@ -126,8 +145,10 @@ class Publisher:
         as a whole: if it fails part way, the jobs already published stay published.
         """
         built = [self._build(call, now) for call in calls]
-        if any(job.key is not None for job in built):
-            raise InvalidJob("enqueue_many takes no keys: enqueue each job that has a key with enqueue()")
+        if any(job.key is not None or job.depends_on for job in built):
+            raise InvalidJob(
+                "enqueue_many takes no keys or depends_on: enqueue each such job with enqueue() (or use chain, fan_in)"
+            )
         if self._via_incoming:
             for job in built:
                 self._submit_incoming(job)
@@ -176,11 +197,17 @@ class Publisher:
         document["metadata"] = metadata
         if options.key is not None:
             document["key"] = options.key
+        if options.depends_on:
+            document["depends_on"] = list(options.depends_on)
+        if options.allow_failure:
+            document["allow_failure"] = True
         if self._via_incoming and due is not None and due > now:
             document["run_at"] = due  # a submission file carries its due time (the manager names the entry)
         data = _encode(document, args, kwargs, metadata)
         due = due if due is not None and due > now else None
-        return _Submission(job_id, priority, data, due, options.key, options.if_key_taken)
+        return _Submission(
+            job_id, priority, data, due, options.key, options.if_key_taken, tuple(options.depends_on or ())
+        )
 
     def _submit_incoming(self, job: _Submission) -> None:
         try:

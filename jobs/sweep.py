@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import fate, files, ticks, view
+from jobs import depends, fate, files, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem
 from jobs.handles import Dir, Entry
@@ -41,6 +41,7 @@ from jobs.policy import Functions, resolve
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 PURGE_PREFIX = ".purge."
+SETTLE_PER_SWEEP = 10_000  # waiting jobs a sweep settles for parents whose managers did not
 PURGED_LOG = "purged.log"
 
 
@@ -94,6 +95,7 @@ def sweep(
         reap,
         lambda: {"promoted": len(promote_due(folder, now, on_ready, skips))},
         lambda: {"abandoned": clear_tmp(folder, now, tmp_age, skips, on_ready)},
+        lambda: {"settled": depends.repair(folder, now, on_ready, SETTLE_PER_SWEEP)},
     ]
     done: dict[str, int] = {}
     failure: BaseException | None = None

@@ -148,7 +148,7 @@ def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
 
 
 def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Entry] | None:
-    for state in (State.DONE, State.DEAD):
+    for state in (State.DONE, State.DEAD, State.WAITING):
         if folder.at(state).is_dir(job_id):
             return state, folder.at(state) / job_id
     ready = folder.at(State.READY)

@@ -30,6 +30,7 @@ from supervisor.health import StoreHealth
 from supervisor.running import Running, Stop
 
 log = logging.getLogger(__name__)
+SETTLE_PER_HARVEST = 100  # dependents settled at once; a sweep settles a larger fan-out
 CANCEL_WINDOW = 2.0  # seconds between a child's death by an outside SIGTERM and the manager's own
 OUTSIDE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -95,14 +96,18 @@ class Outcomes:
         claim = running.claim
         if running.lost:
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
-            try:
-                self.queue.note_lost(claim, status.describe())
-            except OSError as exc:  # the note is only informative
-                log.error("cannot note the lost claim in job %s: %s", claim.job_id, exc)
+            self._note_lost(running, status)
             return
         outcome = harvest.outcome_of(running, status, ended)
         if not self._record(running, status, outcome, report=True):
             self._stranded.append((running, status, outcome))
+
+    def _note_lost(self, running: Running, status: forking.ExitStatus) -> None:
+        """Say in the job (wherever it is now) how the run whose claim was lost ended."""
+        try:
+            self.queue.note_lost(running.claim, status.describe())
+        except OSError as exc:  # the note is only informative
+            log.error("cannot note the lost claim in job %s: %s", running.claim.job_id, exc)
 
     def retry_stranded(self) -> None:
         """Try again to record harvests that failed (disk full, say)."""
@@ -166,6 +171,7 @@ class Outcomes:
             self.health.worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)
+            self._note_lost(running, status)
             return True
         except (OSError, JobsError) as exc:
             self.health.failed(exc)
@@ -184,7 +190,17 @@ class Outcomes:
         self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"])
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             self._say(running, status, outcome, state, retry, ended)
+        if state.terminal:
+            self._settle_dependents(running.claim.job_id)
         return True
+
+    def _settle_dependents(self, job_id: str) -> None:
+        """Move on the jobs waiting for this one (a second step: the sweep repairs a crash
+        between the two, and finishes a fan-out larger than one turn's share)."""
+        try:
+            self.queue.settle_dependents(job_id, budget=SETTLE_PER_HARVEST)
+        except (OSError, JobsError) as exc:
+            log.error("cannot settle the jobs waiting for %s: %s; a sweep will", job_id, exc)
 
     def _say(
         self,

@@ -141,6 +141,8 @@ def job_summary(job: Job, policy: Policy) -> dict[str, Any]:
         "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
         "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
         "key": job.spec.key,
+        "depends_on": list(job.spec.depends_on),
+        "allow_failure": job.spec.allow_failure,
     }
 
 

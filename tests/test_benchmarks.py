@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, heavy, keys, progress, spawning, web
+from benchmarks import commands, common, heavy, keys, planning, progress, spawning, web
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -57,3 +57,11 @@ def test_the_keys_benchmark_runs(disk: Path) -> None:
 def test_the_web_benchmark_runs(disk: Path) -> None:
     results = web.main(["--dir", str(disk), "--done", "60", "--rounds", "1"])
     assert results["seconds"]["overview"]["median"] > 0
+
+
+def test_the_planning_benchmark_runs(disk: Path) -> None:
+    results = planning.main(
+        ["--dir", str(disk), "--schedules", "20", "--waiting", "50", "--jobs", "10", "--rounds", "1"]
+    )
+    assert results["rates"]["empty"]["median"] > 0
+    assert results["firer"]["first pass s"] > 0

@@ -205,6 +205,16 @@ def add_job_options(command: argparse.ArgumentParser) -> None:
         "--key", metavar="KEY", help="at most one unfinished job per KEY: a taken key prints the live job's id"
     )
     group.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="ID",
+        help='wait until job ID is done (repeatable; one value may hold several ids: --after "$ids")',
+    )
+    group.add_argument(
+        "--allow-failure", action="store_true", help="with --after: run once they ended, even if one is dead"
+    )
+    group.add_argument(
         "--key-taken",
         choices=("return", "fail"),
         default="return",
@@ -225,7 +235,15 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         metadata=metadata or None,
         key=args.key,
         if_key_taken="raise" if args.key_taken == "fail" else "return",
+        depends_on=after(args.after) or None,
+        allow_failure=args.allow_failure,
     )
+
+
+def after(values: list[str]) -> list[str]:
+    """The job ids of `--after`s, each value split on spaces, commas and newlines (so that
+    the ids another command printed can be given as one word)."""
+    return [job_id for value in values for job_id in value.replace(",", " ").split()]
 
 
 def _maybe_json(text: str) -> Any:

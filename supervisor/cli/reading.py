@@ -234,6 +234,9 @@ def _show_lines(
         lines.append(f"metadata  {_short(dict(spec.metadata), 200)}")
     if spec.key is not None:
         lines.append(f"key       {spec.key}")
+    if spec.depends_on:
+        failure = "  (runs even if one is dead)" if spec.allow_failure else ""
+        lines.append(f"after     {' '.join(spec.depends_on)}{failure}")
     if job.state is State.DONE:
         lines.append(f"result    {_short(job.result, 500)}")
     if job.error:

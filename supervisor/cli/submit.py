@@ -34,6 +34,9 @@ def add_commands(commands: Commands[Parser]) -> None:
     add_queue(submit)
     submit.add_argument("argv", nargs="*", metavar="-- COMMAND [ARGS...]", help="the program and its arguments")
     submit.add_argument("--stdin", action="store_true", help="read one command per line from stdin (shell quoting)")
+    submit.add_argument(
+        "--chain", action="store_true", help="with --stdin: each line runs after the one before is done"
+    )
     submit.add_argument("--cwd", help="folder to run in (default: the current folder)")
     submit.add_argument("--env", type=key_value, action="append", default=[], metavar="KEY=VALUE")
     add_job_options(submit)
@@ -61,9 +64,18 @@ def _submit(args: argparse.Namespace) -> int:
         raise UsageError("no command: write it after --, e.g. forkvisor submit QUEUE -- echo hello")
     if args.key is not None and len(commands) > 1:
         raise UsageError(f"--key names one job: give one command with it, not {len(commands)}")
+    if args.chain and not args.stdin:
+        raise UsageError("--chain links the lines of --stdin: give the commands on stdin, one per line")
     calls = [command_call(argv, cwd=cwd, env=env, options=options) for argv in commands]
     queue = open_queue(args)
-    ids = [queue.submit(calls[0])] if len(calls) == 1 else queue.enqueue_many(calls)
+    if args.chain:
+        ids = queue.chain(calls)
+    elif len(calls) == 1:
+        ids = [queue.submit(calls[0])]
+    elif options.depends_on:
+        ids = [queue.submit(call) for call in calls]  # each waits for the same jobs
+    else:
+        ids = queue.enqueue_many(calls)
     _print_ids(ids)
     return 0
 

@@ -3,7 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const STATES = ["incoming", "ready", "scheduled", "claimed", "done", "dead"];
+const STATES = ["incoming", "ready", "scheduled", "waiting", "claimed", "done", "dead"];
 let timer = null;
 
 const token = (() => {
@@ -185,6 +185,7 @@ async function jobPage(index, id) {
   const facts = table(["", ""], [
     ["state", job.state], ["what", job.what], ["attempts", job.attempts + "/" + job.max_attempts],
     ["created", when(job.created)], ["held by", job.owner || "–"], ["key", job.key || "–"],
+    ["after", (job.depends_on || []).join(" ") || "–"],
     ["policy", Object.entries(job.policy).map(([k, v]) => k + " " + (v.value ?? "none") + " (" + v.source + ")").join(", ")],
   ].map(([k, v]) => el("tr", {}, el("th", { text: k }), el("td", { text: String(v) }))));
   const parts = [el("p", {}, el("a", { href: "#/q/" + index + "/" + job.state, text: "← " + job.state + " jobs" })),

@@ -68,7 +68,15 @@ def test_a_person_sees_the_counts_change_and_a_dead_jobs_cause(
     server, web = start_web(procs, queue.path)
 
     before = _dom(tmp_path, web.url + "/")
-    assert _counts(before) == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 2, "done": 0, "dead": 1}, before
+    assert _counts(before) == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 2,
+        "done": 0,
+        "dead": 1,
+    }, before
     assert "managers alive: 1" in before
     assert all(job_id in before for job_id in waiting)  # the running table
 

@@ -180,11 +180,14 @@ def check(
     places = _places(root, report)
     _check_conservation(report, places, published_ids)
     _second_opinion(report, root, published_ids)
+    ended: dict[str, JobFolder] = {}
     for job_id, found in sorted(places.items()):
         state, path = found[0]
         report.states[state.value] += 1
         if state.terminal and len(found) == 1:
-            _check_job(report, read_job(job_id, state, path), killed)
+            ended[job_id] = read_job(job_id, state, path)
+    for job in ended.values():
+        _check_job(report, job, killed, ended)
     report.quarantined = invariants.entries(root / "quarantine")
     for name in report.quarantined:
         report.violations.append(f"quarantine/{name}: something was quarantined")
@@ -280,7 +283,7 @@ def _runs(job_dir: Path) -> Iterable[Run]:
             yield Run(int(match[1]), outcome, _inode(folder / "result.json"), _size(folder), policy)
 
 
-def _check_job(report: Report, job: JobFolder, killed: frozenset[int]) -> None:
+def _check_job(report: Report, job: JobFolder, killed: frozenset[int], ended: dict[str, JobFolder]) -> None:
     behaviour = BY_NAME.get(str(job.spec.get("function")))
     if behaviour is None:
         report.violations.append(f"job {job.job_id}: unknown function {job.spec.get('function')!r} in job.json")
@@ -293,7 +296,7 @@ def _check_job(report: Report, job: JobFolder, killed: frozenset[int]) -> None:
     else:
         problems += _dead_problems(report, job, behaviour)
     about = f"job {job.job_id} ({behaviour.name}, {job.state.value})"
-    problems += _terminal_event_missing(job)
+    problems += _terminal_event_missing(job) + _dependency_problems(job, ended)
     report.known += [f"{about}: {text}" for text in _terminal_event_repeated(job)]
     report.violations += [f"{about}: {text}" for text in problems]
 
@@ -399,12 +402,45 @@ def _dead_problems(report: Report, job: JobFolder, behaviour: Behaviour) -> list
         if job.attempts != job.max_attempts:
             problems.append(f"buried as exhausted with attempts {job.attempts}/{job.max_attempts}")
         problems += _exhausted_problems(report, job, behaviour)
+    elif reason == "dependency dead":
+        pass  # judged with its parents (`_dependency_problems`)
     elif reason == "cannot be completed":
         own = behaviour.failure(job.kwargs) if behaviour.failure else None
         if not behaviour.permanent or not job.runs or job.runs[-1].signature != own:
             problems.append("buried as 'cannot be completed' without its last run raising CannotComplete")
     else:
         problems.append(f"error.json gives reason {reason!r}")
+    return problems
+
+
+def _dependency_problems(job: JobFolder, ended: dict[str, JobFolder]) -> list[str]:
+    """A job that depends on others ran only after all had ended, done (or dead, with
+    allow_failure); one buried for a dependency has a dead one and never ran."""
+    parents = job.spec.get("depends_on") or []
+    died_for_one = (job.error or {}).get("reason") == "dependency dead"
+    if not parents:
+        return ["buried for a dependency it does not have"] if died_for_one else []
+    allow = job.spec.get("allow_failure") is True
+    dead = [parent for parent in parents if parent in ended and ended[parent].state is State.DEAD]
+    if died_for_one:
+        problems = (
+            [] if dead and not allow else [f"buried for a dependency, though dead are {dead} (allow_failure {allow})"]
+        )
+        return problems + (["ran though a job it depends on is dead"] if job.runs else [])
+    if not job.runs:
+        return []
+    started = min(run.outcome["started"] for run in job.runs if run.outcome and "started" in run.outcome)
+    problems = []
+    for parent in parents:
+        other = ended.get(parent)
+        if other is None:
+            problems.append(f"ran, but job {parent} it depends on did not end")
+            continue
+        if other.state is State.DEAD and not allow:
+            problems.append(f"ran though job {parent} it depends on is dead")
+        finished = [run.outcome["ended"] for run in other.runs if run.outcome and "ended" in run.outcome]
+        if finished and started < max(finished):
+            problems.append(f"started at {started:.3f}, before job {parent} it depends on ended at {max(finished):.3f}")
     return problems
 
 

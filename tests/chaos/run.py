@@ -34,10 +34,12 @@ from typing import IO, Any
 
 import psutil
 
-from jobs import Call, Queue
+from jobs import Call, JobOptions, Queue
 from tests.chaos import checker
 from tests.chaos.behaviours import BEHAVIOURS, LONG_LIFETIME, SURVIVED, Scratch
 from tests.chaos.cluster import APP, JOB_TITLE, SWEEPER_TITLE, Cluster, ManagerOptions, ManagerProcess, title, wait_for
+
+DEPENDENTS = 4  # jobs of each batch enqueued to wait for others of it (`depends_on`)
 
 
 class Kind(Enum):
@@ -183,9 +185,16 @@ class Chaos:
             self.note(f"skipped {kind.value}: nothing to hit within {self.config.target_timeout:g}s")
 
     def _enqueue(self) -> bool:
+        """A batch, the last few of which depend on 1-3 jobs of the batch (some allowing failure)."""
         batch = next(self.batches, [])
-        self.published += self.queue.enqueue_many(batch)
-        self.note(f"enqueued {len(batch)} jobs ({len(self.published)} in all)")
+        plain, later = (batch[:-DEPENDENTS], batch[-DEPENDENTS:]) if len(batch) > 2 * DEPENDENTS else (batch, [])
+        ids = self.queue.enqueue_many(plain)
+        self.published += ids
+        for call in later:
+            parents = self.rng.sample(ids, k=self.rng.randint(1, 3))
+            options = JobOptions(depends_on=parents, allow_failure=self.rng.random() < 0.3)
+            self.published.append(self.queue.submit(Call(call.fn, call.args, call.kwargs, options)))
+        self.note(f"enqueued {len(batch)} jobs, {len(later)} of them after others ({len(self.published)} in all)")
         return bool(batch)
 
     def _kill_child(self) -> bool:

@@ -72,7 +72,15 @@ def test_retry_dead_selects_every_dead_job_or_those_of_one_function(tmp_path: Pa
 
     retried = ok("retry", queue, "--dead")
     assert [line.split()[0] for line in retried.lines] == [command]
-    assert counts(queue) == {"incoming": 0, "ready": 4, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert counts(queue) == {
+        "incoming": 0,
+        "ready": 4,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 0,
+    }
     assert job(queue, alive).state is State.READY
     assert ok("retry", queue, "--dead").out == "", "nothing dead: nothing to say"
 
@@ -163,7 +171,15 @@ def test_purge_deletes_finished_jobs_older_than_a_duration(tmp_path: Path) -> No
     assert job(queue, dead).state is State.DEAD, "--state done leaves dead jobs"
 
     assert ok("purge", queue, "--state", "dead", "--older-than", "0").lines == ["purged 1 dead job(s) older than 0s"]
-    assert counts(queue) == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 1, "dead": 0}
+    assert counts(queue) == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 1,
+        "dead": 0,
+    }
 
 
 # -- wait -----------------------------------------------------------------------------
@@ -217,7 +233,15 @@ def test_submit_stdin_piped_into_wait(procs: Processes, tmp_path: Path) -> None:
         result = _shell(pipeline, commands)
         assert result[0] == expected, result
         assert result[1:] == ("", ""), result
-    assert counts(queue) == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 3, "dead": 1}
+    assert counts(queue) == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 3,
+        "dead": 1,
+    }
 
     ids = [submit(queue, "true"), submit(queue, "false")]
     waited = cli("wait", queue, "-", "--json", stdin="".join(f"{i}\n" for i in ids) + "\n")

@@ -207,7 +207,15 @@ def test_submit_stdin_takes_one_command_per_line(tmp_path: Path) -> None:
 def test_submit_stdin_with_a_bad_line_submits_nothing(tmp_path: Path, text: str, message: str) -> None:
     queue = new_queue(tmp_path / "queue")
     refused(cli("submit", queue, "--stdin", stdin=text), 2, message)
-    assert counts(queue) == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert counts(queue) == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 0,
+    }
     assert os.listdir(queue / "tmp") == []
 
 

@@ -76,14 +76,22 @@ def test_status_of_a_queue_without_managers(finished: Finished) -> None:
     assert taken["paused"] == ""
     assert taken["unserved"] == {"checked": 1, "functions": {"sample.nap": 1}, "known": True, "count": 1}
     assert taken["queue"] == str(finished.queue)
-    assert taken["counts"] == {"incoming": 0, "ready": 1, "scheduled": 1, "claimed": 0, "done": 3, "dead": 2}
+    assert taken["counts"] == {
+        "incoming": 0,
+        "ready": 1,
+        "scheduled": 1,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 3,
+        "dead": 2,
+    }
     assert taken["managers"] == []
     assert taken["running"] == []
     assert taken["oldest_ready_age"] > 0
 
     text = ok("status", finished.queue).out
     assert str(finished.queue) in text
-    assert "ready 1  scheduled 1  claimed 0  done 3  dead 2" in text
+    assert "ready 1  scheduled 1  waiting 0  claimed 0  done 3  dead 2" in text
     assert "managers: none" in text
     assert "running: none" in text
 
@@ -99,7 +107,15 @@ def test_status_shows_the_manager_and_a_running_job(procs: Processes, tmp_path: 
     pid = read_pid(job(queue, running_id).history[-1].path / "pid")
 
     taken = ok("status", queue, "--json").json()
-    assert taken["counts"] == {"incoming": 0, "ready": 1, "scheduled": 0, "claimed": 1, "done": 0, "dead": 0}
+    assert taken["counts"] == {
+        "incoming": 0,
+        "ready": 1,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 1,
+        "done": 0,
+        "dead": 0,
+    }
     assert taken["oldest_ready_age"] > 0
     [seen] = taken["managers"]
     assert seen["host"] == socket.gethostname()

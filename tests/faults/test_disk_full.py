@@ -193,7 +193,15 @@ def test_a_burst_manager_that_cannot_record_anything_gives_up_with_the_reason(
     found = queue.job(job_id)
     assert found.state is State.DONE, dump(found)
     assert found.attempts == 2, "the run whose outcome was lost used its attempt"
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 1, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 1,
+        "dead": 0,
+    }
 
 
 def _done_jobs_with_output(queue: Queue, count: int, size: int) -> list[str]:

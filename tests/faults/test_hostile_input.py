@@ -196,6 +196,7 @@ def assert_junkyard_settled(yard: Junkyard) -> None:
         "incoming": 0,
         "ready": len(yard.left),
         "scheduled": 0,
+        "waiting": 0,
         "claimed": 0,
         "done": len(yard.good),
         "dead": len(yard.dead),

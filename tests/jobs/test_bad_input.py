@@ -425,7 +425,15 @@ def test_claim_never_raises_on_a_folder_full_of_junk(queue: Queue, owner: Owner,
     assert hand.names(State.READY) == []
     assert hand.names(State.DEAD) == sorted(dead)
     assert len(hand.quarantined()) == 4
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 2, "done": 0, "dead": len(dead)}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 2,
+        "done": 0,
+        "dead": len(dead),
+    }
 
 
 def test_a_dead_invalid_job_can_be_fixed_and_retried(queue: Queue, owner: Owner, hand: Hand) -> None:

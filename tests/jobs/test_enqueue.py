@@ -425,7 +425,15 @@ def test_enqueue_many_with_one_bad_argument_publishes_nothing(queue: Queue, hand
     with pytest.raises(ArgumentNotSerializable, match=r"argument 0"):
         queue.enqueue_many(calls)
     assert _nothing_staged(hand)
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 0,
+    }
 
 
 def test_enqueue_many_with_an_unregistered_function_publishes_nothing(

@@ -16,6 +16,7 @@ STATE_FOLDERS = [
     "claimed",
     "dead",
     "done",
+    "edges",
     "incoming",
     "keys",
     "quarantine",
@@ -25,6 +26,7 @@ STATE_FOLDERS = [
     "stats",
     "ticks",
     "tmp",
+    "waiting",
 ]
 
 

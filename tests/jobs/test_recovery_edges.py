@@ -3,12 +3,14 @@ due times given in milliseconds. Each once left a job stuck, lost or looping."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
 import pytest
 
 from jobs import ClaimLost, InvalidJob, Owner, Queue, State, unknown_liveness
+from jobs import files as job_files
 
 
 def test_junk_in_ready_is_quarantined_even_after_quarantine_was_removed(queue: Queue, owner: Owner) -> None:
@@ -32,7 +34,15 @@ def test_a_copy_of_a_dead_job_put_back_in_ready_is_quarantined_not_stranded(queu
     assert copy is not None
     with pytest.raises(ClaimLost, match="already holds a job with this id"):
         queue.fail(copy, {"message": "boom again"})  # dead/ID exists: the copy cannot replace it
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 1}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 1,
+    }
     notes = [p.read_text() for p in (queue.path / "quarantine").glob("*.why")]
     assert len(notes) == 1
     assert "already holds a job with this id" in notes[0]
@@ -85,3 +95,32 @@ def test_promote_by_name_moves_that_retry_only(queue: Queue, owner: Owner) -> No
     assert queue.promote(first, 0, now + 5.0, now + 5.0) is True
     assert queue.promote(first, 0, now + 5.0, now + 5.0) is False  # already moved
     assert (queue.job(first).state, queue.job(second).state) == (State.READY, State.SCHEDULED)
+
+
+def test_a_run_made_after_its_claim_was_reaped_still_gets_an_outcome(queue: Queue) -> None:
+    """A manager stopped (SIGSTOP) between counting an attempt and making the run's folder:
+    a sweep reaps its claim and finds no run to mark lost; the manager, resumed, makes the
+    folder in the reaped job and runs it. When it learns the claim was lost, it writes that
+    run's outcome, so that no run folder is left without one (found by the chaos run)."""
+    job_id = queue.with_options(max_attempts=1).enqueue("sample.echo")
+    owner = Owner.new(lease=1.0)
+    queue.register_owner(owner)
+
+    def reap_mid_claim(name: str) -> None:
+        if name == "claim:counted":
+            job_files.checkpoint_hook = None
+            Queue(queue.path, create=False).sweep(time.time() + 60, lambda found: False)  # the owner is dead
+
+    job_files.checkpoint_hook = reap_mid_claim
+    try:
+        claim = queue.claim(owner.name)
+    finally:
+        job_files.checkpoint_hook = None
+    assert claim is not None
+    dead = queue.job(job_id)
+    assert dead.state is State.DEAD, "the sweep buried it: its one attempt was counted and lost"
+    run = dead.path / f"attempt-{claim.run}"
+    assert run.is_dir(), "the claimer made the run folder after the reap"
+    assert not (run / "outcome.json").exists()
+    queue.note_lost(claim, "exited 0")
+    assert json.loads((run / "outcome.json").read_text())["lost"] is True

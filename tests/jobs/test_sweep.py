@@ -32,7 +32,7 @@ def outcome_of(path: Path) -> dict[str, object]:
 
 def swept(**expected: int) -> dict[str, int]:
     """What `sweep` returns when it did only `expected`."""
-    return {"reverted": 0, "expired": 0, "promoted": 0, "abandoned": 0, **expected}
+    return {"reverted": 0, "expired": 0, "promoted": 0, "abandoned": 0, "settled": 0, **expected}
 
 
 # -- reaping owners ----------------------------------------------------------------------
@@ -390,4 +390,12 @@ def test_note_lost_of_a_purged_job_does_nothing(queue: Queue, owner: Owner) -> N
     queue.complete(claim)
     assert queue.purge(State.DONE, older_than=0, now=time.time() + 1) == [job_id]
     queue.note_lost(claim)
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 0,
+    }

@@ -78,6 +78,9 @@ def bring_to(queue: Queue, owner: Owner, state: State, **options: Any) -> str:
         return job_id
     if state is State.SCHEDULED:
         return queue.with_options(delay=3600, **options).enqueue("sample.echo")
+    if state is State.WAITING:  # for a job that waits an hour
+        parent = queue.with_options(delay=3600).enqueue("sample.echo")
+        return queue.with_options(depends_on=[parent], **options).enqueue("sample.echo")
     job_id = queue.with_options(**options).enqueue("sample.echo")
     if state is State.READY:
         return job_id
@@ -678,7 +681,7 @@ def test_job_view_in_every_state(queue: Queue, owner: Owner, state: State) -> No
     assert job.error == (
         {"reason": "cannot be completed", "attempt": 1, "run": 1, "message": "boom"} if state is State.DEAD else None
     )
-    expected_attempts = 0 if state in (State.INCOMING, State.READY, State.SCHEDULED) else 1
+    expected_attempts = 0 if state in (State.INCOMING, State.READY, State.SCHEDULED, State.WAITING) else 1
     assert job.attempts == expected_attempts
     assert len(job.history) == expected_attempts
 
@@ -728,12 +731,20 @@ def test_list_filters_by_state_function_and_limit(queue: Queue, owner: Owner, sa
 
 
 def test_list_of_an_unknown_state_is_refused(queue: Queue) -> None:
-    with pytest.raises(ValueError, match=r"'waiting' is not a valid State"):
-        queue.jobs("waiting")
+    with pytest.raises(ValueError, match=r"'blocked' is not a valid State"):
+        queue.jobs("blocked")
 
 
 def test_counts_every_state(queue: Queue, owner: Owner) -> None:
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 0, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 0,
+        "dead": 0,
+    }
     for state, number in [(State.DONE, 2), (State.DEAD, 1), (State.CLAIMED, 1), (State.SCHEDULED, 3)]:
         for _ in range(number):
             bring_to(queue, owner, state)
@@ -744,8 +755,10 @@ def test_counts_every_state(queue: Queue, owner: Owner) -> None:
     queue.with_options(priority=50).enqueue("sample.echo")
     claim_one(queue, other)
     counts = queue.counts()
-    assert counts == {"incoming": 0, "ready": 4, "scheduled": 3, "claimed": 2, "done": 2, "dead": 1}
-    assert list(counts) == ["incoming", "ready", "scheduled", "claimed", "done", "dead"]
+    bring_to(queue, owner, State.WAITING)  # and its parent, scheduled
+    counts = queue.counts()
+    assert counts == {"incoming": 0, "ready": 4, "scheduled": 4, "waiting": 1, "claimed": 2, "done": 2, "dead": 1}
+    assert list(counts) == ["incoming", "ready", "scheduled", "waiting", "claimed", "done", "dead"]
     assert counts == {state.value: len(queue.jobs(state)) for state in State}
 
 

@@ -38,7 +38,7 @@ def check_invariants(queue_path: str | os.PathLike[str], published_ids: Iterable
         else:
             seen.setdefault(job_id, []).append((state, Path(entry.path)))
 
-    for state in (State.READY, State.SCHEDULED, State.DONE, State.DEAD):
+    for state in (State.READY, State.SCHEDULED, State.WAITING, State.DONE, State.DEAD):
         for entry in _scan(root / state.value):
             note(state, entry, _id_of(state, entry.name))
     for owner in _scan(root / State.CLAIMED.value):
@@ -69,7 +69,7 @@ def job_ids_on_disk(queue_path: str | os.PathLike[str]) -> set[str]:
     enqueue published before its caller could hear of them)."""
     root = Path(queue_path)
     found: set[str] = set()
-    for state in (State.READY, State.SCHEDULED, State.DONE, State.DEAD):
+    for state in (State.READY, State.SCHEDULED, State.WAITING, State.DONE, State.DEAD):
         found.update(job_id for entry in _scan(root / state.value) if (job_id := _id_of(state, entry.name)))
     for owner in _scan(root / State.CLAIMED.value):
         if owner.is_dir(follow_symlinks=False):

@@ -131,6 +131,7 @@ def assert_each_claimed_once(queue_path: Path, published: list[str], outputs: li
         "incoming": 0,
         "ready": 0,
         "scheduled": 0,
+        "waiting": 0,
         "claimed": 0,
         "done": len(published),
         "dead": 0,

@@ -199,6 +199,41 @@ def do_enqueue(**options: Any) -> Callable[[Child], None]:
     return act
 
 
+def do_enqueue_after(child: Child) -> None:
+    """Enqueue a job that depends on the target (its edges, then waiting/)."""
+    child.arm()
+    assert child.target is not None
+    child.queue.submit(Call(FUNCTION, ("after",), options=JobOptions(depends_on=[child.target])))
+
+
+def with_a_dependent(dies: bool = False) -> Callable[[Queue, list[str]], str | None]:
+    """A ready target, and a job waiting for it (which dies with it if `dies`)."""
+
+    def setup(queue: Queue, published: list[str]) -> str | None:
+        target = ready_target()(queue, published)
+        assert target is not None
+        published.append(queue.submit(Call(FUNCTION, ("after",), options=JobOptions(depends_on=[target]))))
+        return target
+
+    return setup
+
+
+def do_finish_and_settle(ok: bool) -> Callable[[Child], None]:
+    """End the target as its manager would (done, or dead), then settle its dependents."""
+
+    def act(child: Child) -> None:
+        claim = child.claim_target()
+        child.arm()
+        if ok:
+            write_result(claim)
+            child.queue.complete(claim)
+        else:
+            child.queue.fail(claim, {"message": "broken"}, permanent=True)
+        child.queue.settle_dependents(claim.job_id)
+
+    return act
+
+
 def do_enqueue_many(child: Child) -> None:
     child.arm()
     child.queue.enqueue_many([Call(FUNCTION, (i,)) for i in range(3)])
@@ -279,6 +314,9 @@ TRANSITIONS: dict[str, Transition] = {
     "enqueue-later": Transition(with_bystanders, do_enqueue(delay=300.0)),
     "enqueue-keyed": Transition(with_bystanders, do_enqueue(key="daily-report")),
     "enqueue-many": Transition(with_bystanders, do_enqueue_many),
+    "enqueue-after": Transition(ready_target(), do_enqueue_after),
+    "complete-and-settle": Transition(with_a_dependent(), do_finish_and_settle(ok=True)),
+    "bury-and-settle": Transition(with_a_dependent(dies=True), do_finish_and_settle(ok=False)),
     "claim": Transition(ready_target(), do_claim),
     "claim-last-attempt": Transition(ready_target(max_attempts=1), do_claim),
     "complete": Transition(ready_target(), do_complete),
@@ -316,6 +354,12 @@ CASES = [
     ("enqueue-keyed", "enqueue:key-reserved", Expect(tmp=1)),  # the key names a job in tmp/ until it is cleared
     ("enqueue-keyed", "renamed:ready", Expect(published=1)),
     ("enqueue-later", "renamed:scheduled", Expect(published=1)),
+    ("enqueue-after", "enqueue:edges-written", Expect(tmp=1)),  # an edge to a job in tmp/: dropped when settled
+    ("enqueue-after", "enqueue:waiting", Expect(published=1)),  # waiting: the target's end releases it
+    ("complete-and-settle", "renamed:done", Expect()),  # done, its dependent not settled: the sweep does it
+    ("complete-and-settle", "settle:settled", Expect()),  # settled, its edge left: removed by the next settler
+    ("bury-and-settle", "renamed:dead", Expect("dead:cannot be completed")),
+    ("bury-and-settle", "settle:settled", Expect("dead:cannot be completed")),
     ("enqueue-many", "enqueue:staged#2", Expect(tmp=2)),
     ("enqueue-many", "renamed:ready#1", Expect(published=1, tmp=2)),
     ("enqueue-many", "renamed:ready#3", Expect(published=3)),
@@ -385,7 +429,7 @@ def drain(queue: Queue) -> None:
             queue.complete(claim, now)
         queue.retire_owner(owner.name)
         counts = queue.counts()
-        if counts["ready"] == counts["scheduled"] == counts["claimed"] == 0:
+        if counts["ready"] == counts["scheduled"] == counts["waiting"] == counts["claimed"] == 0:
             return
     pytest.fail(f"the queue did not drain: {counts}")
 

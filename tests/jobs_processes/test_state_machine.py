@@ -118,7 +118,7 @@ class QueueMachine(RuleBasedStateMachine):
                 job.state, job.due = State.READY, None
                 promoted += 1
         swept = self.queue.sweep(self.now, unknown_liveness)
-        assert swept == {"reverted": reverted, "expired": expired, "promoted": promoted, "abandoned": 0}
+        assert swept == {"reverted": reverted, "expired": expired, "promoted": promoted, "abandoned": 0, "settled": 0}
 
     def _draw_claim(self, data: st.DataObject) -> tuple[Claim, ModelJob, bool]:
         """A claim not yet used up, its job, and whether it still holds the job."""

@@ -200,7 +200,15 @@ def test_two_managers_complete_every_job_exactly_once(procs: Processes, queue: Q
         claims = re.findall(r"claimed by (\S+): attempt", (found.path / "events").read_text())
         assert len(claims) == 1, claims
         owners[job_id] = claims[0]
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 204, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 204,
+        "dead": 0,
+    }
     assert os.listdir(queue.path / "claimed") == []
     gate_owners = sorted(owners[job_id] for job_id in gate_ids)
     assert len(set(gate_owners)) == 2, gate_owners

@@ -57,7 +57,15 @@ def test_success_lands_in_done_with_result_and_outcome(procs: Processes, queue: 
     assert record["max_rss_kb"] > 0
     assert record["wall_time"] >= 0
     assert "sample.ok running with 'hello'" in (found.history[0].path / "stdout").read_text()
-    assert queue.counts() == {"incoming": 0, "ready": 0, "scheduled": 0, "claimed": 0, "done": 1, "dead": 0}
+    assert queue.counts() == {
+        "incoming": 0,
+        "ready": 0,
+        "scheduled": 0,
+        "waiting": 0,
+        "claimed": 0,
+        "done": 1,
+        "dead": 0,
+    }
 
 
 def test_exception_is_retried_then_dead_with_every_cause(procs: Processes, queue: Queue) -> None:

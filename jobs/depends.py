@@ -1,0 +1,206 @@
+"""Dependencies: a job waits in `waiting/` until every job it depends on is done.
+
+    waiting/ID/            a job that waits (its job.json says "depends_on")
+    edges/PARENT/CHILD     CHILD waits for PARENT (an empty file): the end of PARENT finds
+                           its dependents here, with no scan of waiting/
+
+A parent's end and the settling of its dependents are two steps. The parent's manager
+moves it to done/ or dead/, then settles its dependents (`settle_dependents`); a crash
+between the two is repaired by a sweep (`repair`: every edges/PARENT whose parent is done
+or dead). Settling a waiting job (`settle`) looks at all its parents: all done, one
+rename to ready/ (of two settlers, one wins); one dead (and no allow_failure), to dead/
+naming it, and its own dependents are settled in turn; otherwise it waits on.
+
+A submitter writes the edges, publishes the job into waiting/, then settles it itself:
+a parent that ends in between is seen by the submitter or by the parent's settler, as
+each looks after its own step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+
+from jobs import fate, files, view
+from jobs.errors import InvalidJob, JobNotFound, MoveCollision
+from jobs.fate import Cause
+from jobs.folder import EDGES, QueueFolder
+from jobs.handles import Entry
+from jobs.job import JobSpec, State, is_job_id, ready_name
+
+log = logging.getLogger(__name__)
+OnReady = Callable[[str], None]
+RUN, WAIT = "run", "wait"
+
+
+def check_parents(folder: QueueFolder, job_id: str, parents: Iterable[str]) -> None:
+    """InvalidJob unless every parent is a job of this queue (a typo waits for ever otherwise)."""
+    for parent in parents:
+        if parent == job_id:
+            raise InvalidJob(f"job {job_id} cannot depend on itself")
+        if parent_state(folder, parent) is None:
+            raise InvalidJob(f"depends_on: there is no job {parent} in {folder.path} (a typo, or purged?)")
+
+
+def parent_state(folder: QueueFolder, job_id: str) -> State | None:
+    """Where a parent is; None if it is nowhere (purged)."""
+    for state in (State.DONE, State.DEAD):  # where a parent that matters is: looked at first, cheaply
+        if folder.at(state).is_dir(job_id):
+            return state
+    try:
+        return view.locate(folder, job_id)[0]
+    except JobNotFound:
+        return None
+
+
+def verdict(folder: QueueFolder, spec: JobSpec) -> str | Cause:
+    """RUN if every parent is done (or, with allow_failure, ended); WAIT while one is not;
+    the cause to bury the job with if one is dead. A parent found nowhere was purged
+    after it ended: it counts as done."""
+    waiting = False
+    for parent in spec.depends_on:
+        state = parent_state(folder, parent)
+        if state is State.DEAD and not spec.allow_failure:
+            return fate.dependency_dead(parent)
+        waiting = waiting or (state is not None and not state.terminal)
+    return WAIT if waiting else RUN
+
+
+def write_edges(folder: QueueFolder, child: str, parents: Iterable[str]) -> None:
+    """Record that `child` waits for each of `parents`."""
+    edges = folder.at(EDGES)
+    for parent in parents:
+        try:
+            folder.make_dir(edges / parent)
+        except FileExistsError:
+            pass  # another dependent of the same parent made it
+        with edges.sub(parent) as mine:
+            try:
+                files.write_new(child, b"", durable=False, mode=folder.file_mode, dir_fd=mine.fd)
+            except FileExistsError:
+                pass  # written before (a retry of the same job)
+            if folder.durable:
+                mine.fsync()
+    if folder.durable:
+        edges.fsync()
+
+
+def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady) -> State | None:
+    """Move the waiting job `job_id` on if its parents allow: to ready/ or dead/ (returned);
+    None if it waits on, or is not waiting (someone else settled it)."""
+    place = folder.at(State.WAITING) / job_id
+    try:
+        with place.open() as job:
+            spec = folder.read_spec(job, job_id)
+    except FileNotFoundError:
+        return None
+    except InvalidJob as exc:
+        return _bury(folder, place, job_id, fate.invalid(str(exc)), now)
+    found = verdict(folder, spec)
+    if found == WAIT:
+        return None
+    if isinstance(found, Cause):
+        return _bury(folder, place, job_id, found, now)
+    target = ready_name(job_id, spec.priority)
+    try:
+        with place.open() as job:
+            # Logged before the move: once in ready/, a manager may claim the job at once.
+            folder.log_event(job, "ready: the jobs it depends on are done", now)
+        files.move(job_id, target, src_dir_fd=place.dir.fd, dst_dir_fd=folder.at(State.READY).fd)
+    except FileNotFoundError:
+        return None  # another settler moved it
+    except MoveCollision:
+        folder.quarantine(place, f"job {job_id} is in ready/ already (a copy?)", now)
+        return None
+    if folder.durable:
+        folder.at(State.READY).fsync()
+    on_ready(target)
+    return State.READY
+
+
+def _bury(folder: QueueFolder, place: Entry, job_id: str, cause: Cause, now: float) -> State | None:
+    try:
+        folder.bury(place, job_id, cause, now)
+    except FileNotFoundError:
+        return None  # another settler moved it
+    return State.DEAD
+
+
+def settle_dependents(
+    folder: QueueFolder, parent: str, now: float, on_ready: OnReady, budget: int | None = None
+) -> int:
+    """Settle the jobs waiting for `parent` (which ended), and in turn the dependents of
+    those that die for it; at most `budget` jobs (the sweep does the rest). Return how
+    many were looked at."""
+    looked = 0
+    ended = [parent]
+    while ended and (budget is None or looked < budget):
+        current = ended.pop()
+        try:
+            children = _children(folder, current)
+        except FileNotFoundError:
+            continue
+        for child in children:
+            if budget is not None and looked >= budget:
+                return looked
+            looked += 1
+            if settle(folder, child, now, on_ready) is State.DEAD:
+                ended.append(child)
+            files.checkpoint("settle:settled")
+            _forget_edge(folder, current, child)
+        _forget_parent(folder, current)
+    return looked
+
+
+def repair(folder: QueueFolder, now: float, on_ready: OnReady, budget: int) -> int:
+    """Settle the dependents of every parent that ended but whose dependents were not
+    settled (its manager died between the two steps, or it ended by a sweep or an
+    operator); return how many jobs were looked at."""
+    edges = folder.at(EDGES)
+    looked = 0
+    for parent in edges.names():
+        if looked >= budget:
+            break
+        if not is_job_id(parent):
+            continue
+        state = parent_state_fast(folder, parent)
+        if state is not None:
+            looked += settle_dependents(folder, parent, now, on_ready, budget - looked)
+    return looked
+
+
+def parent_state_fast(folder: QueueFolder, job_id: str) -> State | None:
+    """DONE or DEAD if the parent ended, else None (live, or purged: see `purge`)."""
+    for state in (State.DONE, State.DEAD):
+        if folder.at(state).is_dir(job_id):
+            return state
+    return None
+
+
+def _children(folder: QueueFolder, parent: str) -> list[str]:
+    with folder.at(EDGES).sub(parent) as mine:
+        return [name for name in mine.names() if is_job_id(name)]
+
+
+def _forget_edge(folder: QueueFolder, parent: str, child: str) -> None:
+    try:
+        with folder.at(EDGES).sub(parent) as mine:
+            files.unlink_if_there(child, mine.fd)
+    except FileNotFoundError:
+        pass  # another settler removed the folder
+
+
+def _forget_parent(folder: QueueFolder, parent: str) -> None:
+    """Remove `edges/PARENT` once empty (a new dependent of an ended parent settles itself)."""
+    try:
+        os.rmdir(parent, dir_fd=folder.at(EDGES).fd)
+    except OSError:
+        pass  # not empty (a dependent added meanwhile), or removed by another settler
+
+
+def publish_waiting(folder: QueueFolder, staging: Entry, job_id: str) -> None:
+    """Publish a staged job into waiting/ (one rename)."""
+    files.move(staging.name, job_id, src_dir_fd=staging.dir.fd, dst_dir_fd=folder.at(State.WAITING).fd)
+    if folder.durable:
+        folder.at(State.WAITING).fsync()

@@ -1,0 +1,265 @@
+"""Dependencies (`jobs.depends`): a job waits in waiting/ until the jobs it depends on
+are done; a dead one kills its dependents (unless they allow failure), in cascade; the
+end of a job and the settling of its dependents are two steps, and a sweep repairs a
+crash between them; submitters and settlers racing never leave a job waiting for ever."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, new_job_id
+from jobs import files as job_files
+from jobs.job import ready_name
+from tests.jobs.conftest import add
+from tests.jobs_processes.invariants import check_invariants
+
+
+def after(queue: Queue, *parents: str, **options: object) -> str:
+    return queue.with_options(depends_on=list(parents), **options).enqueue(add, 1, 2)
+
+
+def finish(queue: Queue, job_id: str, ok: bool = True, settle: bool = True) -> None:
+    """Claim `job_id` (the only ready job), complete it or fail it for good, then settle its
+    dependents as its manager would (unless `settle` is False: a manager that died there)."""
+    owner = Owner.new()
+    queue.register_owner(owner)
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    assert claim.job_id == job_id
+    if ok:
+        (claim.path / f"attempt-{claim.run}" / "result.json").write_text("3")
+        queue.complete(claim)
+    else:
+        queue.fail(claim, {"message": "broken"}, permanent=True)
+    queue.retire_owner(owner.name)
+    if settle:
+        queue.settle_dependents(job_id)
+
+
+def state(queue: Queue, job_id: str) -> State:
+    return queue.job(job_id).state
+
+
+def test_a_dependent_waits_and_is_ready_once_its_parent_is_done(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    child = after(queue, parent)
+    assert state(queue, child) is State.WAITING
+    assert queue.counts()["waiting"] == 1
+    assert os.listdir(queue.path / "edges" / parent) == [child]
+    finish(queue, parent)
+    assert state(queue, child) is State.READY
+    assert (queue.path / "ready" / ready_name(child, 0)).is_dir()
+    assert not (queue.path / "edges" / parent).exists(), "the edges of a settled parent are removed"
+    assert "ready: the jobs it depends on are done" in "".join(queue.events(child))
+
+
+def test_fan_in_waits_for_every_parent(queue: Queue) -> None:
+    parents, child = queue.fan_in([Call(add, (n, n)) for n in range(3)], Call(add, (0, 0)))
+    for parent in parents[:-1]:
+        finish(queue, parent)
+        assert state(queue, child) is State.WAITING
+    finish(queue, parents[-1])
+    assert state(queue, child) is State.READY
+
+
+def test_a_chain_runs_one_after_the_other(queue: Queue) -> None:
+    ids = queue.chain([Call(add, (n, n)) for n in range(4)])
+    assert [state(queue, job_id) for job_id in ids] == [State.READY] + [State.WAITING] * 3
+    for n, job_id in enumerate(ids):
+        finish(queue, job_id)
+        if n + 1 < len(ids):
+            assert state(queue, ids[n + 1]) is State.READY
+    assert queue.counts()["done"] == 4
+
+
+def test_a_dead_parent_kills_its_dependents_in_cascade_naming_it(queue: Queue) -> None:
+    first, second, third = queue.chain([Call(add, (n, n)) for n in range(3)])
+    survivor = after(queue, first, allow_failure=True)
+    finish(queue, first, ok=False)
+    for job_id in (second, third):
+        dead = queue.job(job_id)
+        assert dead.state is State.DEAD
+        assert dead.error["reason"] == "dependency dead"
+    assert first in queue.job(second).error["message"]
+    assert second in queue.job(third).error["message"], "each names the job that killed it"
+    assert state(queue, survivor) is State.READY, "allow_failure runs it anyway"
+
+
+def test_a_parent_done_before_the_enqueue_releases_the_job_at_once(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    finish(queue, parent)
+    assert state(queue, after(queue, parent)) is State.READY
+
+
+@pytest.mark.parametrize(
+    ("parents", "says"),
+    [
+        (["20200101-000000-000000-0badc0de"], "there is no job 20200101-000000-000000-0badc0de"),
+        (["not-an-id"], "not a job id"),
+        ("20200101-000000-000000-0badc0de", "a list of job ids"),
+    ],
+)
+def test_bad_dependencies_are_refused_before_anything_is_written(queue: Queue, parents: object, says: str) -> None:
+    with pytest.raises(InvalidJob, match=says):
+        queue.with_options(depends_on=parents).enqueue(add, 1, 2)
+    assert os.listdir(queue.path / "tmp") == []
+    assert os.listdir(queue.path / "edges") == []
+
+
+def test_options_that_cannot_go_with_dependencies(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    with pytest.raises(InvalidJob, match="no delay or run_at"):
+        JobOptions(depends_on=[parent], delay=5)
+    with pytest.raises(InvalidJob, match="enqueue_many takes no keys or depends_on"):
+        queue.enqueue_many([Call(add, (1, 2), options=JobOptions(depends_on=[parent]))])
+
+
+def test_a_crash_between_a_parents_end_and_the_settling_is_repaired_by_a_sweep(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    child, dead_parent = after(queue, parent), queue.enqueue(add, 2, 2)
+    orphan = after(queue, dead_parent)
+    finish(queue, parent, settle=False)
+    finish(queue, dead_parent, ok=False, settle=False)
+    assert state(queue, child) is State.WAITING
+    done = queue.sweep(time.time(), lambda owner: None)
+    assert done["settled"] == 2
+    assert state(queue, child) is State.READY
+    assert state(queue, orphan) is State.DEAD
+    assert os.listdir(queue.path / "edges") == []
+
+
+def test_a_cancelled_waiting_job_is_dead_and_so_are_its_dependents_after_a_sweep(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    middle = after(queue, parent)
+    last = after(queue, middle)
+    assert queue.cancel(middle) is State.DEAD
+    queue.sweep(time.time(), lambda owner: None)
+    assert queue.job(last).error["reason"] == "dependency dead"
+    finish(queue, parent)
+    assert queue.counts()["waiting"] == 0
+
+
+def test_retrying_a_dead_dependent_waits_for_its_parents_again(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    child = after(queue, parent)
+    finish(queue, parent, ok=False)
+    assert state(queue, child) is State.DEAD
+    queue.retry(parent)
+    queue.retry(child)
+    assert state(queue, child) is State.WAITING, "its parent is ready again, not done"
+    finish(queue, parent)
+    assert state(queue, child) is State.READY
+
+
+def test_a_job_written_into_ready_by_hand_with_dependencies_waits_for_them(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    job_id = "20261125-000000-000000-00c0ffee"
+    place = queue.path / "ready" / ready_name(job_id, -5)
+    place.mkdir()
+    spec = {"function": "tests.jobs.conftest.add", "args": [1, 2], "priority": -5, "depends_on": [parent]}
+    (place / "job.json").write_text(json.dumps(spec))
+    finish(queue, parent)  # claims the parent (priority 0 first); the hand-written job waits
+    owner = Owner.new()
+    queue.register_owner(owner)
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    assert claim.job_id == job_id, "its parent is done: it runs"
+    second = "20261125-000000-000001-00c0ffee"
+    blocker = queue.enqueue(add, 5, 5)
+    place = queue.path / "ready" / ready_name(second, -5)
+    place.mkdir()
+    (place / "job.json").write_text(json.dumps({**spec, "depends_on": [blocker]}))
+    queue.register_owner(other := Owner.new())
+    first = queue.claim(other.name)
+    assert first is not None
+    assert first.job_id == blocker
+    assert queue.claim(other.name) is None, "a job whose parent runs is not claimed"
+    assert state(queue, second) is State.WAITING
+    assert os.listdir(queue.path / "edges" / blocker) == [second]
+
+
+def test_a_members_submission_with_dependencies_is_taken_in_to_wait(queue: Queue) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    job_id = new_job_id()
+    document = {"function": "tests.jobs.conftest.add", "args": [1, 2], "depends_on": [parent]}
+    (queue.path / "incoming" / f"{job_id}.json").write_text(json.dumps(document))
+    queue.take_in()
+    assert state(queue, job_id) is State.WAITING
+    finish(queue, parent)
+    assert state(queue, job_id) is State.READY
+
+
+def test_a_job_that_names_itself_as_a_dependency_is_invalid(queue: Queue) -> None:
+    job_id = new_job_id()
+    document = {"function": "f", "depends_on": [job_id]}
+    (queue.path / "incoming" / f"{job_id}.json").write_text(json.dumps(document))
+    queue.take_in()
+    dead = queue.job(job_id)
+    assert dead.state is State.DEAD
+    assert "depends on itself" in dead.error["message"]
+
+
+def test_submitters_racing_a_parents_end_never_leave_a_job_waiting(queue: Queue) -> None:
+    """Eight processes enqueue dependents of one parent while it is completed and its
+    dependents settled: each dependent ends ready (the submitter or the settler saw the end)."""
+    for _ in range(5):
+        parent = queue.enqueue(add, 1, 1)
+        go = queue.path.parent / f"go-{parent}"
+        children = []
+        for _ in range(8):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    mine = Queue(queue.path, create=False)
+                    while not go.exists():
+                        time.sleep(0.0005)
+                    for _ in range(5):
+                        after(mine, parent)
+                    code = 0
+                finally:
+                    os._exit(code)
+            children.append(pid)
+        go.touch()
+        finish(queue, parent)
+        for pid in children:
+            assert os.waitpid(pid, 0)[1] == 0
+        assert queue.counts()["waiting"] == 0, "a dependent of a done parent waits for ever"
+        while (claim := queue.claim(owner_name(queue))) is not None:
+            queue.complete(claim)
+
+
+def owner_name(queue: Queue) -> str:
+    owner = Owner.new()
+    queue.register_owner(owner)
+    return owner.name
+
+
+@pytest.mark.parametrize("point", ["enqueue:edges-written", "enqueue:waiting"])
+def test_a_submitter_killed_mid_enqueue_leaves_nothing_waiting_for_ever(queue: Queue, point: str) -> None:
+    parent = queue.enqueue(add, 1, 1)
+    pid = os.fork()
+    if pid == 0:
+
+        def die(name: str) -> None:
+            if name == point:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        job_files.checkpoint_hook = die
+        after(Queue(queue.path, create=False), parent)
+        os._exit(0)  # not reached
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    waiting = os.listdir(queue.path / "waiting")
+    finish(queue, parent)
+    queue.sweep(time.time() + 7200, lambda owner: None)  # clears tmp/ (an abandoned submission)
+    assert os.listdir(queue.path / "waiting") == []
+    assert os.listdir(queue.path / "edges") == []
+    if point == "enqueue:waiting":  # published: it runs
+        assert [job.id for job in queue.jobs(State.READY)] == waiting
+    check_invariants(queue.path, [parent, *waiting])
