@@ -5,10 +5,11 @@
 Two queues: one empty, one with S schedules (`every 1h`, kept in `schedules/`) and W
 jobs in `waiting/` (each depending on one job scheduled far ahead, as docs/FORMAT.md
 describes them). On each, a sweeper process loops as a manager's does (a sweep, then
-the schedules' firer) while this process enqueues N jobs, then claims, completes each
-and settles its dependents (what a manager does per job, without the fork). Rounds
-alternate between the queues. Reported: claim+complete+settle rates, loaded/empty,
-and the firer's own figures: its first pass over S schedules, a pass with none due.
+the schedules' firer; measuring starts after its first pass) while this process
+enqueues N jobs, then claims, completes each and settles its dependents (what a
+manager does per job, without the fork). Rounds alternate between the queues.
+Reported: claim+complete+settle rates, loaded/empty, and the firer's own figures:
+its first pass over S schedules, a pass with none due.
 Durable (fsyncs), as users run it.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -45,13 +47,15 @@ def fabricate(queue: Queue, schedules: int, waiting: int) -> None:
         (edges / job_id).touch()
 
 
-def sweeper(path: Path, stop: Any) -> None:
-    """A manager's sweeper loop, reduced to what it does to the queue."""
+def sweeper(path: Path, started: Any, stop: Any) -> None:
+    """A manager's sweeper loop, reduced to what it does to the queue; `started` is set after
+    its first pass (which reads every schedule: a manager's start, measured apart)."""
     queue = Queue(path, create=False)
     planner = queue.planner()
     while not stop.is_set():
         queue.sweep(queue.filesystem_now(), unknown_liveness)
         planner.fire(time.time(), time.monotonic())
+        started.set()
         stop.wait(SWEEP_EVERY)
 
 
@@ -100,16 +104,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         queues = {"empty": Queue(scratch / "empty"), loaded_name: Queue(scratch / "loaded")}
         started = time.perf_counter()
         fabricate(queues[loaded_name], args.schedules, args.waiting)
+        os.sync()  # the fabrication's writeback would weigh on what follows
         print(f"fabricated in {time.perf_counter() - started:.1f}s", flush=True)
         firer = firer_figures(queues[loaded_name])
         rates: dict[str, list[float]] = {name: [] for name in queues}
         context = multiprocessing.get_context("fork")
         for number in range(args.rounds):
             for name in list(queues) if number % 2 == 0 else list(reversed(queues)):
-                stop = context.Event()
-                child = context.Process(target=sweeper, args=(queues[name].path, stop))
+                begun, stop = context.Event(), context.Event()
+                child = context.Process(target=sweeper, args=(queues[name].path, begun, stop))
                 child.start()
                 try:
+                    begun.wait(120)
                     rates[name].append(one_round(queues[name], args.jobs))
                 finally:
                     stop.set()

@@ -8,11 +8,14 @@ job. It starts no processes and never imports `supervisor`.
       tmp/                  submissions being written; invisible to managers
       ready/RRR.ID          claimable now; RRR = 100 - priority, so names sort in claim order
       scheduled/DUE.RRR.ID  waiting until DUE (epoch milliseconds, 13 digits)
+      waiting/ID            waiting until the jobs it depends on are done (edges/PARENT/ID)
       claimed/OWNER/ID      held by one manager; claimed/OWNER/.owner.json's mtime is its lease
       done/ID               completed (terminal)
       dead/ID               cannot be completed (terminal)
       quarantine/           entries that were not jobs, each with a NAME.why note
       purged.log            one line per job an operator purged
+      schedules/, ticks/    periodic jobs, and the ticks each fired (jobs.schedules, jobs.ticks)
+      keys/                 which job holds each unique key (jobs.keys)
 
 A job directory holds `job.json` (the immutable spec: only what the submitter
 set), `attempts` (attempts used, written before each run starts), `attempt-N/`
@@ -23,7 +26,8 @@ limit, backoff) is resolved by the claiming manager: see `jobs.policy`.
 
 Transitions, each one rename(2) of the job directory:
 
-    enqueue   tmp/ID                -> ready/RRR.ID or scheduled/DUE.RRR.ID
+    enqueue   tmp/ID                -> ready/RRR.ID, scheduled/DUE.RRR.ID or waiting/ID
+    settle    waiting/ID            -> ready/RRR.ID or dead/ID (what it depends on ended)
     claim     ready/RRR.ID          -> claimed/OWNER/ID   (then attempts += 1, attempt-N/policy.json)
     give back claimed/OWNER/ID      -> ready/RRR.ID       (a function this claimer does not run: untouched)
     complete  claimed/OWNER/ID      -> done/ID
@@ -31,8 +35,8 @@ Transitions, each one rename(2) of the job directory:
     release   claimed/OWNER/ID      -> ready/RRR.ID       (attempts -= 1)
     reap      claimed/OWNER         -> claimed/reaping.OWNER, then each job -> ready/ or dead/
     promote   scheduled/DUE.RRR.ID  -> ready/RRR.ID
-    cancel    ready/ or scheduled/  -> dead/ID
-    retry     dead/ID               -> ready/RRR.ID       (attempts = 0)
+    cancel    ready/, scheduled/ or waiting/ -> dead/ID
+    retry     dead/ID               -> ready/RRR.ID or waiting/ID (attempts = 0)
 
 Assumptions: POSIX rename(2) on one file system; renameat2(RENAME_NOREPLACE)
 where available (else a check-then-rename fallback). Details: docs/FORMAT.md.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -248,10 +248,6 @@ def declared(
         cap=cap,
         source="python",
     )
-
-
-def with_created(schedule: Schedule, created: float) -> Schedule:
-    return replace(schedule, created=created)
 
 
 def due(schedule: Schedule, since: float, now: float, *, jumped: bool = False) -> tuple[list[float], float | None]:

@@ -36,6 +36,7 @@ from jobs.folder import (
     QueueFolder,
     filesystem_now,
 )
+from jobs.handles import Entry
 from jobs.index import ReadyIndex
 from jobs.job import (
     Job,
@@ -418,7 +419,7 @@ class Queue:
         return stats.read_all(self.folder)
 
     def counts(self) -> dict[str, int]:
-        """Number of jobs per state name: ready, scheduled, claimed, done, dead."""
+        """Number of jobs per state name: incoming, ready, scheduled, waiting, claimed, done, dead."""
         return view.count(self.folder)
 
     def jobs(
@@ -561,7 +562,7 @@ class Queue:
         """The firer of this queue's schedules and `declared` ones (a sweeper's)."""
         return Planner(self.folder, declared, self._publisher)
 
-    def _locate(self, job_id: str) -> tuple[State, object]:
+    def _locate(self, job_id: str) -> tuple[State, Entry]:
         return view.locate(self.folder, job_id)
 
     # -- sweeping (called by the lease-sweeper) --------------------------------------

@@ -144,7 +144,9 @@ def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
         found = _look_once(folder, job_id)
         if found is not None:
             return found
-    raise JobNotFound(f"no job {job_id} in queue {folder.path}: not in ready, scheduled, claimed, done or dead")
+    raise JobNotFound(
+        f"no job {job_id} in queue {folder.path}: not in ready, scheduled, waiting, claimed, done or dead"
+    )
 
 
 def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Entry] | None:
