@@ -97,30 +97,44 @@ def test_promote_by_name_moves_that_retry_only(queue: Queue, owner: Owner) -> No
     assert (queue.job(first).state, queue.job(second).state) == (State.READY, State.SCHEDULED)
 
 
-def test_a_run_made_after_its_claim_was_reaped_still_gets_an_outcome(queue: Queue) -> None:
-    """A manager stopped (SIGSTOP) between counting an attempt and making the run's folder:
-    a sweep reaps its claim and finds no run to mark lost; the manager, resumed, makes the
-    folder in the reaped job and runs it. When it learns the claim was lost, it writes that
-    run's outcome, so that no run folder is left without one (found by the chaos run)."""
+@pytest.mark.parametrize("point", ["claim:counted", "claim:attempt-created"])
+def test_a_claim_reaped_while_its_claimer_stood_still_starts_no_run(queue: Queue, point: str) -> None:
+    """A manager stopped (SIGSTOP) in the middle of a claim is reaped by a sweep; resumed, it
+    must not make or run an attempt in the job, which is no longer its own (found by the
+    chaos run: a done job gained a run after its completion). Stopped before the run's
+    folder was made, the folder it makes is taken back; after, the sweep marked it lost."""
     job_id = queue.with_options(max_attempts=1).enqueue("sample.echo")
     owner = Owner.new(lease=1.0)
     queue.register_owner(owner)
 
     def reap_mid_claim(name: str) -> None:
-        if name == "claim:counted":
+        if name == point:
             job_files.checkpoint_hook = None
             Queue(queue.path, create=False).sweep(time.time() + 60, lambda found: False)  # the owner is dead
 
     job_files.checkpoint_hook = reap_mid_claim
     try:
-        claim = queue.claim(owner.name)
+        assert queue.claim(owner.name) is None, "a claim the sweep took back is not run"
     finally:
         job_files.checkpoint_hook = None
-    assert claim is not None
     dead = queue.job(job_id)
     assert dead.state is State.DEAD, "the sweep buried it: its one attempt was counted and lost"
-    run = dead.path / f"attempt-{claim.run}"
-    assert run.is_dir(), "the claimer made the run folder after the reap"
-    assert not (run / "outcome.json").exists()
+    runs = sorted(path.name for path in dead.path.glob("attempt-*"))
+    if point == "claim:counted":
+        assert runs == [], "the run folder made after the reap was taken back"
+    else:
+        assert runs == ["attempt-1"]
+        assert json.loads((dead.path / "attempt-1" / "outcome.json").read_text())["lost"] is True
+    assert "claimed by" not in "".join(queue.events(job_id)), "no claim is told for a job it no longer held"
+
+
+def test_a_run_whose_claim_was_lost_while_it_ran_gets_an_outcome(queue: Queue, owner: Owner) -> None:
+    """The manager learns at the harvest that a sweep took its claim back after the run
+    began; the run's folder gets an outcome saying so if the sweep wrote none."""
+    queue.enqueue("sample.echo")
+    claim = queue.claim(owner.name)
+    assert claim is not None
+    run = claim.path / f"attempt-{claim.run}"
     queue.note_lost(claim, "exited 0")
     assert json.loads((run / "outcome.json").read_text())["lost"] is True
+    assert "exited 0 after its claim was lost" in "".join(queue.events(claim.job_id))
