@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterable
 
 from jobs import fate, files, view
-from jobs.errors import InvalidJob, JobNotFound, MoveCollision
+from jobs.errors import InvalidJob, JobNotFound, JobsError, MoveCollision
 from jobs.fate import Cause
 from jobs.folder import EDGES, QueueFolder
 from jobs.handles import Entry
@@ -32,6 +32,7 @@ from jobs.job import JobSpec, State, is_job_id, ready_name
 log = logging.getLogger(__name__)
 OnReady = Callable[[str], None]
 RUN, WAIT = "run", "wait"
+_TRIES = 100
 
 
 def check_parents(folder: QueueFolder, job_id: str, parents: Iterable[str]) -> None:
@@ -71,19 +72,29 @@ def write_edges(folder: QueueFolder, child: str, parents: Iterable[str]) -> None
     """Record that `child` waits for each of `parents`."""
     edges = folder.at(EDGES)
     for parent in parents:
-        try:
-            folder.make_dir(edges / parent)
-        except FileExistsError:
-            pass  # another dependent of the same parent made it
-        with edges.sub(parent) as mine:
+        for _ in range(_TRIES):
             try:
-                files.write_new(child, b"", durable=False, mode=folder.file_mode, dir_fd=mine.fd)
-            except FileExistsError:
-                pass  # written before (a retry of the same job)
-            if folder.durable:
-                mine.fsync()
+                _write_edge(folder, parent, child)
+                break
+            except FileNotFoundError:  # edges/PARENT was removed by a settler of PARENT: make it again
+                try:
+                    folder.make_dir(edges / parent)
+                except FileExistsError:
+                    pass  # made meanwhile by another dependent of the same parent
+        else:
+            raise JobsError(f"could not record that job {child} waits for {parent}: its edges folder keeps going")
     if folder.durable:
         edges.fsync()
+
+
+def _write_edge(folder: QueueFolder, parent: str, child: str) -> None:
+    with folder.at(EDGES).sub(parent) as mine:
+        try:
+            files.write_new(child, b"", durable=False, mode=folder.file_mode, dir_fd=mine.fd)
+        except FileExistsError:
+            pass  # written before (a retry of the same job)
+        if folder.durable:
+            mine.fsync()
 
 
 def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady) -> State | None:

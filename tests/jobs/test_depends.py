@@ -9,10 +9,11 @@ import json
 import os
 import signal
 import time
+import traceback
 
 import pytest
 
-from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, new_job_id
+from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, depends, new_job_id
 from jobs import files as job_files
 from jobs.job import ready_name
 from tests.jobs.conftest import add
@@ -222,6 +223,8 @@ def test_submitters_racing_a_parents_end_never_leave_a_job_waiting(queue: Queue)
                     for _ in range(5):
                         after(mine, parent)
                     code = 0
+                except BaseException:
+                    traceback.print_exc()  # shown by pytest with the failure
                 finally:
                     os._exit(code)
             children.append(pid)
@@ -263,3 +266,30 @@ def test_a_submitter_killed_mid_enqueue_leaves_nothing_waiting_for_ever(queue: Q
     if point == "enqueue:waiting":  # published: it runs
         assert [job.id for job in queue.jobs(State.READY)] == waiting
     check_invariants(queue.path, [parent, *waiting])
+
+
+def test_an_edge_folder_removed_by_a_settler_mid_enqueue_is_made_again(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submitter finds edges/PARENT there, then the parent's settler removes it (empty)
+    before the edge is written: the submitter makes it again (found by CI, where eight
+    submitters racing a parent's end had one fail with FileNotFoundError)."""
+    parent = queue.enqueue(add, 1, 1)
+    after(queue, parent)  # edges/PARENT exists
+    real = depends._write_edge
+    removed: list[str] = []
+
+    def settler_first(folder: object, of: str, child: str) -> None:
+        if not removed:
+            for name in os.listdir(queue.path / "edges" / of):
+                os.unlink(queue.path / "edges" / of / name)
+            os.rmdir(queue.path / "edges" / of)  # what `_forget_parent` does once the folder is empty
+            removed.append(of)
+        real(folder, of, child)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(depends, "_write_edge", settler_first)
+    child = after(queue, parent)
+    assert removed == [parent]
+    assert os.listdir(queue.path / "edges" / parent) == [child]
+    finish(queue, parent)
+    assert state(queue, child) is State.READY

@@ -235,3 +235,22 @@ def test_a_members_keyed_jobs_keep_one_live_job_per_key(procs: Processes, shared
     wait_until(lambda: _state(shared_queue, third) is State.DONE, 20, "the third ran")
     _stop(procs, manager)
     invariants.check_invariants(shared_queue, [*submitted, third])
+
+
+def test_a_member_may_chain_jobs_but_not_add_a_schedule(procs: Processes, shared_queue: Path) -> None:
+    """Schedules are the owner's: a member cannot make the managers enqueue at every tick.
+    A member's jobs may depend on other jobs: taken in, they wait in waiting/."""
+    refused = run_as(BOB, "schedule", "add", shared_queue, "mine", "--every", "1m", "--", "true")
+    assert refused.returncode == 3, refused
+    assert "only the queue's owner keeps its schedules" in refused.stderr
+    assert os.listdir(shared_queue / "schedules") == []
+    first = run_as(ALICE, "enqueue", shared_queue, "sample.ok").stdout.strip()
+    second = run_as(ALICE, "enqueue", shared_queue, "sample.ok", "--after", first).stdout.strip()
+    assert Queue(shared_queue, create=False).job(second).spec.depends_on == (first,)
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, second) is State.DONE, 20, "the dependent ran")
+    _stop(procs, manager)
+    runs = [
+        json.loads((shared_queue / "done" / job / "attempt-1" / "outcome.json").read_text()) for job in (first, second)
+    ]
+    assert runs[1]["started"] > runs[0]["ended"], "the dependent started after its parent ended"
