@@ -46,9 +46,9 @@ def check_parents(folder: QueueFolder, job_id: str, parents: Iterable[str]) -> N
 
 def parent_state(folder: QueueFolder, job_id: str) -> State | None:
     """Where a parent is; None if it is nowhere (purged)."""
-    for state in (State.DONE, State.DEAD):  # where a parent that matters is: looked at first, cheaply
-        if folder.at(state).is_dir(job_id):
-            return state
+    ended = parent_state_fast(folder, job_id)  # where a parent that matters is: looked at first, cheaply
+    if ended is not None:
+        return ended
     try:
         return view.locate(folder, job_id)[0]
     except JobNotFound:

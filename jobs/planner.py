@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 
-from jobs import document, files, schedules, ticks
+from jobs import files, schedules, ticks
 from jobs.errors import InvalidJob, JobsError
 from jobs.folder import SCHEDULES, TICKS, QueueFolder
 from jobs.handles import Dir
@@ -22,7 +22,6 @@ from jobs.ticks import DECLARED, NO_JOB, Handled
 
 log = logging.getLogger(__name__)
 JUMP = 30.0  # the wall clock moved this much against the monotonic one: a jump, not a delay
-_MAX_FILE = 1 << 20
 
 
 def read_schedules(folder: QueueFolder) -> tuple[list[Schedule], set[str], dict[str, str]]:
@@ -39,7 +38,7 @@ def read_schedules(folder: QueueFolder) -> tuple[list[Schedule], set[str], dict[
         if name.startswith(".") or not name.endswith(SCHEDULE_SUFFIX):
             continue
         try:
-            schedule = schedules.from_json(document.read(name, _MAX_FILE, f"schedule {name}", where.fd))
+            schedule = schedules.read(where, name)
             if schedule.name != name.removesuffix(SCHEDULE_SUFFIX):
                 raise InvalidJob(f"it names schedule {schedule.name!r}")
             found.append(schedule)
@@ -144,7 +143,7 @@ class Planner:
         """Keep `.declared.json` saying what the Python declaration says (for `schedule list`)."""
         data = (json.dumps(schedule.to_json(), indent=1) + "\n").encode()
         try:
-            if files.read_limited(DECLARED, _MAX_FILE, marks.fd) == data:
+            if files.read_limited(DECLARED, schedules.MAX_FILE, marks.fd) == data:
                 return
         except OSError:
             pass

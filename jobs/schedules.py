@@ -28,7 +28,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from jobs import document
 from jobs.errors import InvalidJob
+from jobs.handles import Dir
 from jobs.job import JobOptions
 from jobs.units import format_duration, seconds_of
 
@@ -36,6 +38,7 @@ MISSED = ("skip", "once", "all")  # what to do with ticks that passed while no m
 DEFAULT_MISSED = "once"  # like systemd's Persistent=true: one run for whatever was missed
 DEFAULT_CAP = 100  # "all" catches up at most this many ticks
 SKIP_GRACE = 60.0  # with "skip", a tick this late still runs (a sweeper's usual lateness is a second)
+MAX_FILE = 1 << 20  # bytes of a schedule file
 SCHEDULE_SUFFIX = ".json"
 PAUSED_SUFFIX = ".paused"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=-]{0,99}$")
@@ -184,6 +187,12 @@ class Schedule:
                 job[name] = dict(value) if name == "metadata" else value
         document["job"] = job
         return document
+
+
+def read(folder: Dir, file: str, source: str = "shell") -> Schedule:
+    """The schedule in `file` of `folder`, read with the safe reader; InvalidJob saying what
+    is wrong with it (FileNotFoundError passes through)."""
+    return from_json(document.read(file, MAX_FILE, f"schedule {file}", folder.fd), source)
 
 
 def from_json(document: Any, source: str = "shell") -> Schedule:

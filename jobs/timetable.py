@@ -14,13 +14,11 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from jobs import document, files, schedules, ticks
+from jobs import files, schedules, ticks
 from jobs.errors import InvalidJob, JobNotFound, JobsError, WrongState
 from jobs.folder import SCHEDULES, TICKS, QueueFolder
 from jobs.job import State
 from jobs.schedules import PAUSED_SUFFIX, SCHEDULE_SUFFIX, Schedule
-
-_MAX_FILE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -97,7 +95,7 @@ def find(folder: QueueFolder, name: str) -> Schedule:
     schedules.check_name(name)
     where = folder.at(SCHEDULES)
     try:
-        return schedules.from_json(document.read(name + SCHEDULE_SUFFIX, _MAX_FILE, f"schedule {name}", where.fd))
+        return schedules.read(where, name + SCHEDULE_SUFFIX)
     except FileNotFoundError:
         pass
     declared = _declared(folder, name)
@@ -156,9 +154,7 @@ def _declared(folder: QueueFolder, name: str) -> Schedule | None:
     """A Python schedule as its firers described it, or None."""
     try:
         with folder.at(TICKS).sub(name) as marks:
-            return schedules.from_json(
-                document.read(ticks.DECLARED, _MAX_FILE, f"schedule {name}", marks.fd), source="python"
-            )
+            return schedules.read(marks, ticks.DECLARED, source="python")
     except (OSError, JobsError, TypeError):
         return None
 
