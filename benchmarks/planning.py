@@ -9,7 +9,8 @@ the schedules' firer; measuring starts after its first pass) while this process
 enqueues N jobs, then claims, completes each and settles its dependents (what a
 manager does per job, without the fork). Rounds alternate between the queues.
 Reported: claim+complete+settle rates, loaded/empty, and the firer's own figures:
-its first pass over S schedules, a pass with none due.
+its first pass over S schedules, a pass with none due; and what settling costs a
+manager after each end of a fan-in's parents.
 Durable (fsyncs), as users run it.
 """
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
-from jobs import Owner, Queue, Schedule, Timing, new_job_id, unknown_liveness
+from jobs import Call, Owner, Queue, Schedule, Timing, new_job_id, unknown_liveness
 
 SWEEP_EVERY = 0.5  # seconds; a manager's default is a sixth of the lease, at most 5 s
 
@@ -77,6 +78,24 @@ def one_round(queue: Queue, jobs: int) -> float:
     return rate
 
 
+def fan_in_cost(root: Path, parents: int) -> float:
+    """Milliseconds a manager spends settling after each end of a fan-in's `parents`."""
+    queue = Queue(root / "fan-in")
+    ids, _ = queue.fan_in([Call("bench.noop", (n,)) for n in range(parents)], Call("bench.noop"))
+    owner = Owner.new()
+    queue.register_owner(owner)
+    spent = 0.0
+    for _ in ids:
+        claim = queue.claim(owner.name)
+        if claim is None:
+            raise RuntimeError("the fan-in ran dry: a bug in the benchmark")
+        queue.complete(claim)
+        started = time.perf_counter()
+        queue.settle_dependents(claim.job_id)
+        spent += time.perf_counter() - started
+    return spent / len(ids) * 1000
+
+
 def firer_figures(queue: Queue) -> dict[str, float]:
     """The firer's first pass (reads every schedule) and a pass with nothing due."""
     planner = queue.planner()
@@ -96,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--waiting", type=int, default=100_000)
     parser.add_argument("--jobs", type=int, default=2000, help="jobs claimed and completed per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fan-in", type=int, default=500, help="parents of the fan-in whose settling is timed")
     args = parser.parse_args(argv)
     root = common.choose_root(args.dir)
     common.announce("planning", root)
@@ -121,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     stop.set()
                     child.join()
         counts = queues[loaded_name].counts()
+        fan_in = fan_in_cost(scratch, args.fan_in)
     empty, loaded = rates["empty"], rates[loaded_name]
     ratio = common.median(loaded) / common.median(empty)
     common.print_table(
@@ -133,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"firer over {args.schedules:,} schedules: first pass {firer['first pass s']:.2f}s, "
         f"a pass with none due {firer['idle pass ms']:.3f} ms; waiting at the end: {counts['waiting']:,}"
     )
+    print(f"a fan-in of {args.fan_in:,}: settling after each parent's end {fan_in:.2f} ms")
     results = {
         "schedules": args.schedules,
         "waiting": args.waiting,
@@ -140,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rates": {name: common.summary(values) for name, values in rates.items()},
         "loaded/empty": ratio,
         "firer": firer,
+        "fan_in_settle_ms": fan_in,
     }
     common.emit_json("planning", root, results)
     return results

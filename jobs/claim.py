@@ -245,7 +245,7 @@ class Claimer:
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")
-            if not _still_at(place, job):  # reaped while this claimer stood still (SIGSTOP, a long pause)
+            if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still (SIGSTOP)
                 _abandon_run(job, run)
                 return None
             # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
@@ -457,18 +457,6 @@ class Claimer:
             lost = self._quarantine_copy(place, State.DEAD.value, "bury", now)
             if claim is not None:
                 raise lost from None
-
-
-def _still_at(place: Entry, job: Dir) -> bool:
-    """Whether the folder opened as `job` is still the one at `place` (this claimer's): a
-    sweep that reaped the claimer meanwhile moved it, and what is written through `job` then
-    lands in a job that is no longer this claimer's."""
-    try:
-        here = os.stat(place.name, dir_fd=place.dir.fd, follow_symlinks=False)
-    except OSError:
-        return False
-    there = os.fstat(job.fd)
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _abandon_run(job: Dir, run: int) -> None:

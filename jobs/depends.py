@@ -46,26 +46,55 @@ def check_parents(folder: QueueFolder, job_id: str, parents: Iterable[str]) -> N
 
 def parent_state(folder: QueueFolder, job_id: str) -> State | None:
     """Where a parent is; None if it is nowhere (purged)."""
-    ended = parent_state_fast(folder, job_id)  # where a parent that matters is: looked at first, cheaply
-    if ended is not None:
-        return ended
+    return ended_state(folder, job_id) or _located(folder, job_id)  # the cheap look first
+
+
+def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> str | Cause:
+    """RUN if every parent is done (or, with allow_failure, ended); WAIT while one is not;
+    the cause to bury the job with if one is dead. A parent found nowhere was purged
+    after it ended: it counts as done.
+
+    `ended` names the parent whose end asked for this look (None: a submitter's or an
+    operator's look). Then only that parent can be newly dead: the end of any other dead
+    parent asks for a look of its own. So that one is judged first, and the rest only
+    until one is found live, from the last (parents enqueued last tend to end last):
+    a fan-in of 500 costs a few `stat`s per end, not 500 (5.2 ms per harvest before)."""
+    if ended is None:
+        return _every_parent(folder, spec)
+    rest = [parent for parent in reversed(spec.depends_on) if parent != ended]
+    for parent in [ended, *rest]:
+        state = ended_state(folder, parent) or _located(folder, parent)
+        if state is State.DEAD and not spec.allow_failure:
+            return fate.dependency_dead(parent)
+        if state is not None and not state.terminal:
+            return WAIT
+    return RUN
+
+
+def _every_parent(folder: QueueFolder, spec: JobSpec) -> str | Cause:
+    """`verdict` when no parent's end asked: every parent looked for in done/ and dead/ (a
+    dead one is found whatever its place), the others located until one is found live."""
+    unended = []
+    for parent in spec.depends_on:
+        state = ended_state(folder, parent)
+        if state is State.DEAD and not spec.allow_failure:
+            return fate.dependency_dead(parent)
+        if state is None:
+            unended.append(parent)
+    for parent in unended:
+        state = _located(folder, parent)
+        if state is State.DEAD and not spec.allow_failure:  # it died since the first look
+            return fate.dependency_dead(parent)
+        if state is not None and not state.terminal:
+            return WAIT  # the rest are looked at when this one ends (its end settles this job)
+    return RUN
+
+
+def _located(folder: QueueFolder, job_id: str) -> State | None:
     try:
         return view.locate(folder, job_id)[0]
     except JobNotFound:
-        return None
-
-
-def verdict(folder: QueueFolder, spec: JobSpec) -> str | Cause:
-    """RUN if every parent is done (or, with allow_failure, ended); WAIT while one is not;
-    the cause to bury the job with if one is dead. A parent found nowhere was purged
-    after it ended: it counts as done."""
-    waiting = False
-    for parent in spec.depends_on:
-        state = parent_state(folder, parent)
-        if state is State.DEAD and not spec.allow_failure:
-            return fate.dependency_dead(parent)
-        waiting = waiting or (state is not None and not state.terminal)
-    return WAIT if waiting else RUN
+        return None  # purged
 
 
 def write_edges(folder: QueueFolder, child: str, parents: Iterable[str]) -> None:
@@ -97,27 +126,27 @@ def _write_edge(folder: QueueFolder, parent: str, child: str) -> None:
             mine.fsync()
 
 
-def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady) -> State | None:
+def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady, ended: str | None = None) -> State | None:
     """Move the waiting job `job_id` on if its parents allow: to ready/ or dead/ (returned);
-    None if it waits on, or is not waiting (someone else settled it)."""
+    None if it waits on, or is not waiting (someone else settled it). `ended`: the parent
+    whose end asked (see `verdict`)."""
     place = folder.at(State.WAITING) / job_id
     try:
         with place.open() as job:
             spec = folder.read_spec(job, job_id)
+            found = verdict(folder, spec, ended)
+            if found == RUN:  # logged before the move: once in ready/, a manager may claim it at once
+                folder.log_event(job, "ready: the jobs it depends on are done", now)
     except FileNotFoundError:
-        return None
+        return None  # not waiting: another settler moved it
     except InvalidJob as exc:
         return _bury(folder, place, job_id, fate.invalid(str(exc)), now)
-    found = verdict(folder, spec)
     if found == WAIT:
         return None
     if isinstance(found, Cause):
         return _bury(folder, place, job_id, found, now)
     target = ready_name(job_id, spec.priority)
     try:
-        with place.open() as job:
-            # Logged before the move: once in ready/, a manager may claim the job at once.
-            folder.log_event(job, "ready: the jobs it depends on are done", now)
         files.move(job_id, target, src_dir_fd=place.dir.fd, dst_dir_fd=folder.at(State.READY).fd)
     except FileNotFoundError:
         return None  # another settler moved it
@@ -156,7 +185,7 @@ def settle_dependents(
             if budget is not None and looked >= budget:
                 return looked
             looked += 1
-            if settle(folder, child, now, on_ready) is State.DEAD:
+            if settle(folder, child, now, on_ready, ended=current) is State.DEAD:
                 ended.append(child)
             files.checkpoint("settle:settled")
             _forget_edge(folder, current, child)
@@ -175,14 +204,13 @@ def repair(folder: QueueFolder, now: float, on_ready: OnReady, budget: int) -> i
             break
         if not is_job_id(parent):
             continue
-        state = parent_state_fast(folder, parent)
-        if state is not None:
+        if ended_state(folder, parent) is not None:
             looked += settle_dependents(folder, parent, now, on_ready, budget - looked)
     return looked
 
 
-def parent_state_fast(folder: QueueFolder, job_id: str) -> State | None:
-    """DONE or DEAD if the parent ended, else None (live, or purged: see `purge`)."""
+def ended_state(folder: QueueFolder, job_id: str) -> State | None:
+    """DONE or DEAD if the job ended, else None (live, or purged)."""
     for state in (State.DONE, State.DEAD):
         if folder.at(state).is_dir(job_id):
             return state

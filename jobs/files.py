@@ -129,6 +129,22 @@ def write_new(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE,
         os.close(fd)
 
 
+def link_new(name: str, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_fd: int) -> bool:
+    """Create `name` in the folder `dir_fd` holding `data`, whole or not at all, unless it
+    exists: False then. Written under a dot-name and linked into place, as `link(2)` never
+    replaces, on NFS too (where O_EXCL may not hold): of two writers racing, one wins. The
+    caller fsyncs the folder when the new name must be durable."""
+    staging = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    write_new(staging, data, durable=durable, mode=mode, dir_fd=dir_fd)
+    try:
+        os.link(staging, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    finally:
+        unlink_if_there(staging, dir_fd)
+    return True
+
+
 def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
     """Atomically set the content of `path`: write a dot-file beside it, rename over (which
     replaces a link standing there, never its target). With `dir_fd`, `path` is a name in

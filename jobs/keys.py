@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
 from collections.abc import Callable
 
 from jobs import files
@@ -123,16 +122,9 @@ def _top(folder: QueueFolder, generations: Dir) -> tuple[str | None, int]:
 
 def _create(folder: QueueFolder, generations: Dir, number: int, job_id: str) -> bool:
     """Write generation `number` naming `job_id`; False if another submitter wrote it first."""
-    staging = f".{number:010d}.{secrets.token_hex(4)}.tmp"
     data = f"{job_id}\n".encode()
-    files.write_new(staging, data, durable=folder.durable, mode=folder.file_mode, dir_fd=generations.fd)
-    try:
-        # link(2) never replaces, on every file system (NFS included): one submitter wins
-        os.link(staging, f"{number:010d}", src_dir_fd=generations.fd, dst_dir_fd=generations.fd)
-    except FileExistsError:
+    if not files.link_new(f"{number:010d}", data, durable=folder.durable, mode=folder.file_mode, dir_fd=generations.fd):
         return False
-    finally:
-        files.unlink_if_there(staging, generations.fd)
     if folder.durable:
         generations.fsync()
     files.checkpoint("enqueue:key-reserved")

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
-import secrets
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -93,14 +91,9 @@ def marker_ticks(ticks: Dir) -> list[int]:
 
 def take(ticks: Dir, tick: float, job_id: str, folder: QueueFolder) -> bool:
     """Mark `tick` handled, naming `job_id` (or "-"); False if another firer marked it first."""
-    staging = f".{marker_name(tick)}.{secrets.token_hex(4)}.tmp"
-    files.write_new(staging, f"{job_id}\n".encode(), durable=folder.durable, mode=folder.file_mode, dir_fd=ticks.fd)
-    try:
-        os.link(staging, marker_name(tick), src_dir_fd=ticks.fd, dst_dir_fd=ticks.fd)  # never replaces
-    except FileExistsError:
+    data = f"{job_id}\n".encode()
+    if not files.link_new(marker_name(tick), data, durable=folder.durable, mode=folder.file_mode, dir_fd=ticks.fd):
         return False
-    finally:
-        files.unlink_if_there(staging, ticks.fd)
     if folder.durable:
         ticks.fsync()
     files.checkpoint("tick:taken")
@@ -136,8 +129,8 @@ def publish_abandoned(folder: QueueFolder, name: str, now: float, on_ready: Call
     try:
         with folder.at(TICKS).sub(schedules.check_name(schedule)) as ticks:
             taken = files.read_limited(marker_name(tick), 128, ticks.fd).decode("ascii", "replace").strip()
-    except (FileNotFoundError, InvalidJob):
-        return False
+    except (OSError, InvalidJob):
+        return False  # no marker (or none to read): not a tick's job
     if taken != name:
         return False
     target = ready_name(name, spec.priority)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,19 +38,13 @@ def add(folder: QueueFolder, schedule: Schedule, *, replace: bool = False) -> No
     where = folder.at(SCHEDULES)
     data = (json.dumps(schedule.to_json(), indent=1, allow_nan=False) + "\n").encode()
     name = schedule.name + SCHEDULE_SUFFIX
-    staging = f".{name}.{secrets.token_hex(4)}.tmp"
-    files.write_new(staging, data, durable=folder.durable, mode=folder.file_mode, dir_fd=where.fd)
-    try:
-        if replace:
-            os.replace(staging, name, src_dir_fd=where.fd, dst_dir_fd=where.fd)
-        else:
-            os.link(staging, name, src_dir_fd=where.fd, dst_dir_fd=where.fd)  # never replaces
-    except FileExistsError:
+    if replace:
+        files.replace_file(name, data, durable=folder.durable, mode=folder.file_mode, dir_fd=where.fd)
+        return
+    if not files.link_new(name, data, durable=folder.durable, mode=folder.file_mode, dir_fd=where.fd):
         raise WrongState(
             f"schedule {schedule.name!r} exists in {folder.path}: remove it first, or replace it (--replace)"
-        ) from None
-    finally:
-        files.unlink_if_there(staging, where.fd)
+        )
     if folder.durable:
         where.fsync()
 

@@ -61,7 +61,7 @@ def test_the_web_benchmark_runs(disk: Path) -> None:
 
 def test_the_planning_benchmark_runs(disk: Path) -> None:
     results = planning.main(
-        ["--dir", str(disk), "--schedules", "20", "--waiting", "50", "--jobs", "10", "--rounds", "1"]
+        ["--dir", str(disk), "--schedules", "20", "--waiting", "50", "--jobs", "10", "--rounds", "1", "--fan-in", "5"]
     )
     assert results["rates"]["empty"]["median"] > 0
     assert results["firer"]["first pass s"] > 0

@@ -293,3 +293,18 @@ def test_an_edge_folder_removed_by_a_settler_mid_enqueue_is_made_again(
     assert os.listdir(queue.path / "edges" / parent) == [child]
     finish(queue, parent)
     assert state(queue, child) is State.READY
+
+
+def test_a_parent_dying_in_the_middle_of_a_fan_in_kills_the_dependent_at_once(queue: Queue) -> None:
+    """Its end is judged first, whatever the other parents' places and states."""
+    parents, child = queue.fan_in([Call(add, (n, n)) for n in range(5)], Call(add, (0, 0)))
+    owner = Owner.new()
+    queue.register_owner(owner)
+    claims = [queue.claim(owner.name) for _ in parents]  # all running: none has ended
+    middle = claims[2]
+    assert middle is not None
+    queue.fail(middle, {"message": "broken"}, permanent=True)
+    queue.settle_dependents(middle.job_id)
+    dead = queue.job(child)
+    assert dead.state is State.DEAD
+    assert middle.job_id in dead.error["message"]
