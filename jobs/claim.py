@@ -241,7 +241,8 @@ class Claimer:
             if dead is not None:
                 self._bury(place, job_id, dead, now)
                 return None
-            self.folder.write_counter(job, used + 1)  # counted before the fork
+            files.checkpoint("claim:judged")
+            self.folder.write_counter_at(place, used + 1, job)  # counted before the fork
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")
@@ -343,7 +344,10 @@ class Claimer:
             self._bury(claim.place, claim.job_id, dead, now, claim)
             return
         with self._open(claim, "release") as job:
-            self.folder.write_counter(job, max(0, claim.attempt - 1))
+            try:
+                self.folder.write_counter_at(claim.place, max(0, claim.attempt - 1), job)
+            except FileNotFoundError:
+                raise self._lost(claim, "release") from None
             files.checkpoint("release:uncounted")
             self.folder.log_event(job, f"{reason}: run {claim.run} stopped, attempt not counted", now)
         target = self.folder.at(State.READY) / ready_name(claim.job_id, claim.spec.priority)

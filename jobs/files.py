@@ -145,12 +145,17 @@ def link_new(name: str, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_
     return True
 
 
+def staging_name(name: str) -> str:
+    """The dot-name `replace_file` writes `name` under before renaming it into place."""
+    return f".{name}.{os.getpid()}.tmp"
+
+
 def replace_file(path: StrPath, data: bytes, *, durable: bool, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
     """Atomically set the content of `path`: write a dot-file beside it, rename over (which
     replaces a link standing there, never its target). With `dir_fd`, `path` is a name in
     that folder."""
     parent, name = os.path.split(os.fspath(path))
-    tmp = os.path.join(parent, f".{name}.{os.getpid()}.tmp")
+    tmp = os.path.join(parent, staging_name(name))
     try:
         try:
             write_new(tmp, data, durable=durable, mode=mode, dir_fd=dir_fd)

@@ -353,6 +353,24 @@ class QueueFolder:
     def write_counter(self, job: Dir, value: int) -> None:
         self.replace_file(job / COUNTER_FILE, f"{value}\n".encode())
 
+    def write_counter_at(self, place: Entry, value: int, job: Dir) -> None:
+        """Write the counter of the claimed job at `place` (opened as `job`) through its path:
+        if a sweep has taken the job away meanwhile (its owner stood still past its lease),
+        the rename finds no `place` and nothing is counted in a job that is no longer the
+        writer's (FileNotFoundError). Through the handle, a stale count would land wherever
+        the job went, over its new owner's."""
+        try:
+            files.replace_file(
+                f"{place.name}/{COUNTER_FILE}",
+                f"{value}\n".encode(),
+                durable=self.durable,
+                mode=self.file_mode,
+                dir_fd=place.dir.fd,
+            )
+        except FileNotFoundError:
+            files.unlink_if_there(files.staging_name(COUNTER_FILE), job.fd)  # ours, wherever the job is now
+            raise
+
     def log_event(self, job: Dir, event: str, now: float) -> None:
         """Append one line to the job's `events` log; the log is informative, so a
         failure to write it is logged, never raised."""

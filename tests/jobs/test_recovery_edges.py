@@ -4,6 +4,7 @@ due times given in milliseconds. Each once left a job stuck, lost or looping."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 
@@ -126,6 +127,37 @@ def test_a_claim_reaped_while_its_claimer_stood_still_starts_no_run(queue: Queue
         assert runs == ["attempt-1"]
         assert json.loads((dead.path / "attempt-1" / "outcome.json").read_text())["lost"] is True
     assert "claimed by" not in "".join(queue.events(job_id)), "no claim is told for a job it no longer held"
+
+
+def test_a_claimer_reaped_before_it_counted_counts_nothing_in_the_job(queue: Queue) -> None:
+    """Stopped after reading the job (its counter said 0) and before counting, then reaped:
+    the job went back to ready/ and was run and counted by another manager; the resumed
+    claimer's count (1), written through the folder it holds, must not land over that one
+    (found by the chaos run: a dead job's counter read 2 after 3 counted runs)."""
+    job_id = queue.enqueue("sample.echo")
+    stalled = Owner.new(lease=1.0)
+    queue.register_owner(stalled)
+    other = Owner.new()
+
+    def reaped_and_run_elsewhere(name: str) -> None:
+        if name == "claim:judged":
+            job_files.checkpoint_hook = None
+            elsewhere = Queue(queue.path, create=False)
+            elsewhere.sweep(time.time() + 60, lambda found: found.name == other.name)  # the stalled one is dead
+            elsewhere.register_owner(other)
+            for _ in range(2):  # two attempts counted by the other manager
+                claim = elsewhere.claim(other.name)
+                assert claim is not None
+                elsewhere.fail(claim, {"message": "x"}, delay=0)
+
+    job_files.checkpoint_hook = reaped_and_run_elsewhere
+    try:
+        assert queue.claim(stalled.name) is None
+    finally:
+        job_files.checkpoint_hook = None
+    job = queue.job(job_id)
+    assert job.attempts == 2, "the stalled claimer's count (1) did not replace the other's (2)"
+    assert [name for name in os.listdir(job.path) if name.endswith(".tmp")] == [], "its staging file was taken back"
 
 
 def test_a_run_whose_claim_was_lost_while_it_ran_gets_an_outcome(queue: Queue, owner: Owner) -> None:

@@ -365,6 +365,7 @@ CASES = [
     ("enqueue-many", "renamed:ready#3", Expect(published=3)),
     ("claim", "renamed:claimed", Expect()),
     ("claim", "claim:moved", Expect()),
+    ("claim", "claim:judged", Expect()),
     ("claim", "claim:counted", Expect()),
     ("claim", "claim:attempt-created", Expect()),
     ("claim-last-attempt", "claim:moved", Expect()),
