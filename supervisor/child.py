@@ -117,15 +117,18 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
     if identity is not None:
         hand_over(run, (*run_folder.OUTPUT_FILES, run_folder.PID_FILE), identity)
         become_in_child(identity)  # before any of the job's code runs
-    os.environ.update(job_environment(claim))
+    environ = os.environ
+    for name, value in job_environment(claim).items():  # (update() goes through Mapping's generic code)
+        environ[name] = value
     return run
 
 
 def job_environment(claim: Claim) -> dict[str, str]:
     """What every job's process finds in its environment about its run."""
-    attempt = str(claim.run_path)
+    job = claim.place.path  # QUEUE/claimed/OWNER/ID, as a string: no Path built in the child
+    attempt = f"{job}/attempt-{claim.run}"
     return {
-        "FORKVISOR_QUEUE": attempt.rsplit("/", 4)[0],  # QUEUE/claimed/OWNER/ID/attempt-N
+        "FORKVISOR_QUEUE": job.rsplit("/", 3)[0],
         "FORKVISOR_JOB_ID": claim.job_id,
         "FORKVISOR_ATTEMPT": str(claim.attempt),
         "FORKVISOR_ATTEMPT_DIR": attempt,
