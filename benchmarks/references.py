@@ -8,6 +8,9 @@
   file in the job folder and exits, wait, rename claimed/ID to done/ID. Its
   durable form also fsyncs the result file, and both parent folders after
   each rename.
+- `RecordingQueue`: the minimal queue plus the records forkvisor keeps of each job
+  (counter, run folder, events, outcome, output files, pid, title, process group,
+  parent-death signal), as straight-line code: the floor of what forkvisor does.
 - `minimal_submit` / `minimal_submit_many`: the submission recipe of
   docs/FORMAT.md (mkdir tmp/ID, write job.json, rename into ready/), with the
   same fsyncs as a durable enqueue, or one syncfs barrier for a batch.
@@ -19,13 +22,18 @@ the manager they are compared with, so fork pays for the same resident memory.
 
 from __future__ import annotations
 
+import ctypes
 import inspect
+import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from setproctitle import setproctitle
 
 from benchmarks.common import sync_filesystem
 from jobs import new_job_id
@@ -139,6 +147,107 @@ class MinimalQueue:
             finally:
                 os._exit(code)
         return pid
+
+
+class RecordingQueue(MinimalQueue):
+    """The minimal queue plus every record forkvisor keeps of a job, as straight-line code:
+    what its guarantees and `forkvisor status` cost before any structure. Beyond the
+    minimal queue, per job: `job.json` read; the attempt counter written before the fork
+    (a dot-file renamed over it; durable: the file and the folder fsynced); the run's folder;
+    an `events` line at the claim and at the end. In the child: its own process group, the
+    parent-death signal and the check of its parent, a title, stdout and stderr opened in
+    the run's folder, a `pid` file, the FORKVISOR_* variables. After `wait4`: `outcome.json`
+    (exit status and rusage; durable: fsynced, and its folder), `result.json` linked into
+    the job's folder. The claim's rename is not fsynced, as forkvisor's is not."""
+
+    def _run(self, cap: int, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> int:
+        pending = sorted(os.listdir(self.ready), reverse=True)
+        ready, claimed, done = str(self.ready), str(self.claimed), str(self.done)
+        running: dict[int, str] = {}
+        finished = 0
+        while pending or running:
+            while pending and len(running) < cap:
+                job_id = pending.pop()
+                job = f"{claimed}/{job_id}"
+                os.rename(f"{ready}/{job_id}", job)
+                with open(f"{job}/job.json", "rb") as spec_file:
+                    function = json.loads(spec_file.read())["function"]
+                _replace(job, "attempts", b"1\n", durable)
+                os.mkdir(f"{job}/attempt-1", 0o700)
+                _append(f"{job}/events", f"{time.time()} claimed: attempt 1/3 (run 1)\n")
+                running[_fork_recording(job, job_id, function, durable)] = job_id
+            pid, status, usage = os.wait4(-1, 0)
+            job_id = running.pop(pid)
+            job = f"{claimed}/{job_id}"
+            outcome = {"exit_code": os.waitstatus_to_exitcode(status), "pid": pid, "user_s": usage.ru_utime}
+            outcome |= {"system_s": usage.ru_stime, "max_rss_kb": usage.ru_maxrss, "ended": time.time()}
+            _replace(f"{job}/attempt-1", "outcome.json", json.dumps(outcome, indent=1).encode(), durable)
+            os.link(f"{job}/attempt-1/result.json", f"{job}/result.json")
+            _append(f"{job}/events", f"{time.time()} done: attempt 1 (run 1) succeeded\n")
+            os.rename(job, f"{done}/{job_id}")
+            if durable:
+                os.fsync(claimed_fd)
+                os.fsync(done_fd)
+            finished += 1
+        return finished
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
+def _fork_recording(job: str, job_id: str, function: str, durable: bool) -> int:
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setpgrp()
+            _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            if os.getppid() != parent:
+                os._exit(71)
+            setproctitle(f"job {job_id} {function} attempt 1/3")
+            run = f"{job}/attempt-1"
+            for target, name in ((1, "stdout"), (2, "stderr")):
+                fd = os.open(f"{run}/{name}", _OUTPUT, 0o600)
+                os.dup2(fd, target)
+                os.close(fd)
+            _write(f"{run}/pid", f"{os.getpid()}\n".encode(), False)
+            for name, value in (("QUEUE", job), ("JOB_ID", job_id), ("ATTEMPT", "1"), ("ATTEMPT_DIR", run)):
+                os.environ[f"FORKVISOR_{name}"] = value
+            os.environ["FORKVISOR_FUNCTION"] = function
+            _write(f"{run}/result.json", RESULT, durable)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _write(path: str, data: bytes, durable: bool) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace(folder: str, name: str, data: bytes, durable: bool) -> None:
+    _write(f"{folder}/.{name}.tmp", data, durable)
+    os.rename(f"{folder}/.{name}.tmp", f"{folder}/{name}")
+    if durable:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, _OUTPUT, 0o600)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 # -- submitting -------------------------------------------------------------------------

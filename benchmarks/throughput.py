@@ -9,6 +9,9 @@ order alternates between rounds), this process runs:
   small interpreter (`references.bare_fork_small_process`: fork cost grows
   with the forking process's resident memory),
 - the minimal directory queue (`references.MinimalQueue`), plain or durable,
+- the recording queue (`references.RecordingQueue`): the minimal queue plus every
+  record forkvisor keeps of a job, as straight-line code; its ratio to the minimal
+  queue is the most any code that keeps those records can reach,
 - forkvisor: `Manager(queue, concurrency=cap).run(burst=True)` in this very
   process, on a queue pre-filled with `enqueue_many` BEFORE the timed window.
 
@@ -32,7 +35,8 @@ from benchmarks.tasks import noop, registry
 from jobs import Call, Queue
 from supervisor import Manager
 
-TARGET_RATIO = 0.8  # forkvisor at concurrency 2 against the minimal directory queue
+# Issue 12's targets: forkvisor at concurrency 2 against the minimal directory queue, of the same form.
+TARGET_RATIOS = {"c2-plain": 0.7, "c2-durable": 0.8}
 
 
 @dataclass
@@ -61,8 +65,8 @@ def run_small_process(folder: Path, jobs: int, cap: int) -> common.Timed:
     return common.Timed(*references.bare_fork_small_process(jobs, cap))
 
 
-def run_minimal(folder: Path, jobs: int, cap: int, durable: bool) -> common.Timed:
-    queue = references.MinimalQueue(folder)
+def run_minimal(folder: Path, jobs: int, cap: int, durable: bool, recording: bool = False) -> common.Timed:
+    queue = (references.RecordingQueue if recording else references.MinimalQueue)(folder)
     queue.fill(jobs)
     common.sync_filesystem(folder)
     run = common.timed(lambda: queue.run(cap, durable))
@@ -94,6 +98,7 @@ def contenders(durable: bool) -> dict[str, Contender]:
         "bare fork": run_bare,
         "small-process fork": run_small_process,
         "minimal queue": lambda folder, jobs, cap: run_minimal(folder, jobs, cap, durable),
+        "recording queue": lambda folder, jobs, cap: run_minimal(folder, jobs, cap, durable, recording=True),
         "forkvisor": lambda folder, jobs, cap: run_forkvisor(folder, jobs, cap, durable),
     }
 
@@ -126,16 +131,20 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
     rows, results = [], {}
     for key, config in found.items():
         fv, minimal, bare = config["forkvisor"], config["minimal queue"], config["bare fork"]
-        small = config["small-process fork"]
+        small, recording = config["small-process fork"], config["recording queue"]
         vs_minimal, vs_bare = paired_ratios(fv, minimal), paired_ratios(fv, bare)
+        vs_recording, floor = paired_ratios(fv, recording), paired_ratios(recording, minimal)
         rows.append(
             [
                 key,
                 common.spread_text(fv.rates),
                 common.spread_text(minimal.rates),
+                common.spread_text(recording.rates),
                 common.spread_text(bare.rates),
                 common.spread_text(small.rates),
                 common.spread_text(vs_minimal, 2),
+                common.spread_text(floor, 2),
+                common.spread_text(vs_recording, 2),
                 common.spread_text(vs_bare, 2),
                 f"{common.median(fv.cpu_per_job_us):,.0f}",
                 f"{common.median(minimal.cpu_per_job_us):,.0f}",
@@ -152,7 +161,10 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
             "minimal_queue_jobs_per_s": common.summary(minimal.rates),
             "bare_fork_jobs_per_s": common.summary(bare.rates),
             "bare_fork_small_process_jobs_per_s": common.summary(small.rates),
+            "recording_queue_jobs_per_s": common.summary(recording.rates),
             "ratio_vs_minimal_queue": common.summary(vs_minimal),
+            "recording_queue_vs_minimal_queue": common.summary(floor),
+            "ratio_vs_recording_queue": common.summary(vs_recording),
             "ratio_vs_bare_fork": common.summary(vs_bare),
             "forkvisor_manager_cpu_us_per_job": common.summary(fv.cpu_per_job_us),
             "minimal_queue_parent_cpu_us_per_job": common.summary(minimal.cpu_per_job_us),
@@ -164,13 +176,15 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
             "minimal_queue_parent_minor_faults_per_job": common.summary(minimal.faults_per_job),
             "bare_fork_parent_minor_faults_per_job": common.summary(bare.faults_per_job),
         }
-    headers = ["config", "forkvisor j/s", "minimal q j/s", "bare fork j/s", "small proc j/s", "fv/minimal", "fv/bare"]
+    headers = ["config", "forkvisor j/s", "minimal q j/s", "recording q j/s", "bare fork j/s", "small proc j/s"]
+    headers += ["fv/minimal", "rec/minimal", "fv/rec", "fv/bare"]
     headers += ["fv cpu", "min cpu", "bare cpu", "fv child", "min child", "bare child", "fv flt", "min flt"]
     common.print_table(
         f"Throughput: {jobs} no-op jobs per run, {rounds} interleaved rounds; median [min-max]. "
         "Jobs enqueued (enqueue_many) BEFORE the timed window; timed = manager start to all done.\n"
         "cpu = the forking process's own CPU (RUSAGE_SELF), child = its children's CPU, in us per job; "
-        "flt = the forking process's minor page faults per job.",
+        "flt = the forking process's minor page faults per job. The recording queue (rec) is the minimal queue "
+        "plus every record forkvisor keeps of a job, as straight-line code (benchmarks/references.py).",
         headers,
         rows,
     )
@@ -178,10 +192,10 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
 
 
 def verdicts(results: dict[str, Any]) -> dict[str, bool]:
-    """The issue's target: at concurrency 2, at least 0.8 of the minimal queue, each form."""
+    """The issue's targets: at concurrency 2, plain at least 0.7 of the minimal queue, durable 0.8."""
     return {
-        f"{key} >= {TARGET_RATIO} x minimal queue": results[key]["ratio_vs_minimal_queue"]["median"] >= TARGET_RATIO
-        for key in ("c2-plain", "c2-durable")
+        f"{key} >= {target} x minimal queue": results[key]["ratio_vs_minimal_queue"]["median"] >= target
+        for key, target in TARGET_RATIOS.items()
         if key in results
     }
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, heavy, keys, planning, progress, spawning, web
+from benchmarks import commands, common, heavy, keys, planning, progress, references, spawning, throughput, web
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -25,6 +25,30 @@ def spawner() -> Spawner:
     if found is None:
         pytest.skip("no setpriv with --pdeathsig here: the spawned forms cannot run")
     return found
+
+
+def test_the_throughput_benchmark_runs(procs: Processes, disk: Path) -> None:
+    results = throughput.main(["--dir", str(disk), "--jobs", "10", "--rounds", "1", "--concurrency", "2"])
+    assert results["c2-durable"]["recording_queue_vs_minimal_queue"]["median"] > 0
+    assert set(results["targets"]) == {"c2-plain >= 0.7 x minimal queue", "c2-durable >= 0.8 x minimal queue"}
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processes, disk: Path, durable: bool) -> None:
+    queue = references.RecordingQueue(disk / "q")
+    queue.fill(3)
+    assert queue.run(2, durable) == 3
+    for job in queue.done.iterdir():
+        run = job / "attempt-1"
+        assert (job / "attempts").read_text() == "1\n"
+        assert [line.split(" ", 1)[1] for line in (job / "events").read_text().splitlines()] == [
+            "claimed: attempt 1/3 (run 1)",
+            "done: attempt 1 (run 1) succeeded",
+        ]
+        assert (job / "result.json").samefile(run / "result.json")
+        assert (run / "pid").read_text().strip().isdigit()
+        assert (run / "stdout").exists() and (run / "stderr").exists()
+        assert '"exit_code": 0' in (run / "outcome.json").read_text()
 
 
 def test_the_command_jobs_benchmark_runs(procs: Processes, disk: Path, spawner: Spawner) -> None:
