@@ -1,5 +1,6 @@
-"""Latency: from `enqueue` returning to the job's function starting, and to the job
-being in done/, with an idle manager waiting; durable unless --plain.
+"""Latency: from `enqueue` returning (and from its call) to the job's function
+starting, and to the job being in done/, with an idle manager waiting; durable
+unless --plain.
 
     python -m benchmarks.latency [--jobs N] [--gap MS] [--plain] [--full] [--dir DIR]
 
@@ -42,16 +43,18 @@ TIMEOUT = 30.0
 
 @dataclass
 class Samples:
-    """Per job, in milliseconds from `enqueue` returning."""
+    """Per job, in milliseconds from `enqueue` returning (`from_call`: from its call)."""
 
     to_start: list[float] = field(default_factory=list)
     to_done: list[float] = field(default_factory=list)
     enqueue_call: list[float] = field(default_factory=list)
+    from_call: list[float] = field(default_factory=list)
 
     def row(self, name: str) -> list[str]:
         cells = [name, str(len(self.to_start))]
         for values in (self.to_start, self.to_done):
             cells += [f"{common.percentile(values, q):.2f}" for q in (0.5, 0.99)] + [f"{max(values):.1f}"]
+        cells += [f"{common.percentile(self.from_call, q):.2f}" for q in (0.5, 0.99)]
         return [*cells, f"{common.median(self.enqueue_call):.2f}"]
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,6 +69,7 @@ class Samples:
                 ("enqueue_to_start_ms", self.to_start),
                 ("enqueue_to_done_ms", self.to_done),
                 ("enqueue_call_ms", self.enqueue_call),
+                ("enqueue_call_to_start_ms", self.from_call),
             )
         }
 
@@ -106,6 +110,7 @@ def one_job(submit: Submit, done: Path, watch: DoneWatch, samples: Samples | Non
         samples.to_start.append((started - returned) * 1000)
         samples.to_done.append((finished - returned) * 1000)
         samples.enqueue_call.append((returned - before) * 1000)
+        samples.from_call.append((started - before) * 1000)
 
 
 def start_manager(queue: Path, durable: bool) -> subprocess.Popen[bytes]:
@@ -152,11 +157,13 @@ def measure(root: Path, jobs: int, gap: float, durable: bool) -> dict[str, Sampl
 
 
 def report(found: dict[str, Samples], durable: bool, gap: float) -> dict[str, Any]:
-    headers = ["who", "jobs", "start p50", "start p99", "start max", "done p50", "done p99", "done max", "enqueue"]
+    headers = ["who", "jobs", "start p50", "start p99", "start max", "done p50", "done p99", "done max"]
+    headers += ["call->start p50", "call->start p99", "enqueue"]
     mode = "durable" if durable else "plain"
     common.print_table(
         f"Latency, {mode}, ms from enqueue returning (start: the job's function starts; done: in done/); "
-        f"one job at a time, gaps {gap / 2:g}-{gap * 1.5:g} ms; enqueue = duration of the enqueue call",
+        f"one job at a time, gaps {gap / 2:g}-{gap * 1.5:g} ms; call->start: from the enqueue call instead; "
+        "enqueue = duration of the enqueue call",
         headers,
         [samples.row(name) for name, samples in found.items()],
     )

@@ -47,7 +47,8 @@ def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processe
         ]
         assert (job / "result.json").samefile(run / "result.json")
         assert (run / "pid").read_text().strip().isdigit()
-        assert (run / "stdout").exists() and (run / "stderr").exists()
+        assert (run / "stdout").exists()
+        assert (run / "stderr").exists()
         assert '"exit_code": 0' in (run / "outcome.json").read_text()
 
 
