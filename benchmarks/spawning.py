@@ -7,15 +7,18 @@ pages, as the manager does per job (its loop, the store's objects): after a
 fork each of those writes is a copy-on-write fault. Cap 2, interleaved rounds.
 
 - fork + exec: `os.fork`, `setpgrp`, `execv` (how a forked command job starts),
+- vfork (C module): `forking.vfork_exec`, what supervisor/spawner.py runs where the
+  module was built (process group, parent-death signal, the check that the parent
+  still lives, exec; no helper program),
 - spawn + setpriv + sh: `posix_spawn` of `setpriv --pdeathsig KILL -- sh -c CHECK`
-  (what supervisor/spawner.py runs: the parent-death signal, then the check that
-  the parent still lives, then exec),
+  (what supervisor/spawner.py runs without the module: the parent-death signal,
+  then the check that the parent still lives, then exec),
 - spawn + setpriv: without the check (a manager dying in between would leave an
   orphan: not an option, shown for its cost),
 - spawn: `posix_spawn` of `true` alone (no parent-death signal: not an option).
 
 Reported: jobs/s, the ratio to fork + exec in the same round, the parent's CPU
-and minor faults per job. docs/DECISIONS.md ("Spawning command jobs") uses it.
+and minor faults per job. docs/DECISIONS.md ("Command jobs are spawned, not forked") uses it.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import time
 from collections.abc import Callable
 
 from benchmarks import common
-from supervisor.spawner import Spawner
+from supervisor import forking
+from supervisor.spawner import Chained
 
 CAP = 2
 PAGES_WRITTEN = 600
@@ -45,8 +49,12 @@ def _forked() -> None:
             os._exit(127)
 
 
+def _vforked() -> None:
+    forking.vfork_exec((TRUE,), dict(os.environ), (0, 1, 2), None)
+
+
 def _spawner(check: bool) -> Callable[[], None]:
-    found = Spawner.find()
+    found = Chained.probe()
     if found is None:
         raise SystemExit("no setpriv with --pdeathsig here: nothing to compare")
     argv = found.argv(os.getpid(), None, (TRUE,))
@@ -87,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     pages = heap[::10]
     ways = {
         "fork + exec": _forked,
+        **({"vfork (C module)": _vforked} if forking.CAN_VFORK else {}),
         "spawn + setpriv + sh": _spawner(check=True),
         "spawn + setpriv (no check)": _spawner(check=False),
         "spawn alone (no pdeathsig)": _bare_spawn,

@@ -1,5 +1,5 @@
 """Forking, spawning, reaping and killing: the only module that calls `os.fork`,
-`os.posix_spawn`, `os._exit`, `os.wait4` and `os.killpg`.
+`os.posix_spawn`, vfork (`supervisor._vfork`), `os._exit`, `os.wait4` and `os.killpg`.
 
 A child never returns into the manager's code: its body runs inside
 `try/finally: os._exit(code)`. Signals are blocked around `fork` so that no
@@ -22,6 +22,13 @@ from dataclasses import dataclass
 import psutil
 
 from supervisor import signals
+
+try:
+    from supervisor import _vfork
+
+    CAN_VFORK = True
+except ImportError:  # installed without a C compiler: command jobs are spawned another way (`spawner`)
+    CAN_VFORK = False
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -98,6 +105,31 @@ def spawn(path: str, argv: list[str], env: dict[str, str], stdio: tuple[int, int
     Every other descriptor of the manager is close-on-exec. OSError if it cannot start."""
     actions = [(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio)]
     return os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigmask=(), setsigdef=SPAWN_DEFAULTS)
+
+
+def vfork_exec(program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None) -> int:
+    """Start `program` (looked up in `env`'s PATH) as a forked child would be set up (its own
+    process group, death with the manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at
+    their default) without copying the manager: `supervisor/_vfork.c`. Return its pid. If it
+    could not start, it has exited (70, 71, 126 or 127 as a forked child would) and why is
+    written to its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
+    name = program[0]
+    paths = [name] if os.path.dirname(name) else [os.path.join(folder, name) for folder in os.get_exec_path(env)]
+    pid, stage, error = _vfork.spawn(
+        [os.fsencode(path) for path in paths],
+        [os.fsencode(word) for word in program],
+        [os.fsencode(f"{key}={value}") for key, value in env.items()],
+        *stdio,
+        None if cwd is None else os.fsencode(cwd),
+        os.getpid(),
+    )
+    if stage in (_vfork.STAGE_CWD, _vfork.STAGE_EXEC):
+        what = f"cannot enter the job's folder {cwd}" if stage == _vfork.STAGE_CWD else f"cannot run {name!r}"
+        try:
+            os.write(stdio[2], f"forkvisor-job: {what}: {os.strerror(error)}\n".encode())
+        except OSError:
+            pass  # a full disk: the exit status (126, 127) still tells
+    return pid
 
 
 def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int]) -> None:

@@ -1,6 +1,7 @@
-"""Command jobs spawned without a fork (supervisor/spawner.py): the same set-up as a
-forked child (folder, environment, stdin, signals, process group), death with the
-manager, and the helper's check that its manager still lives."""
+"""Command jobs spawned without a fork (supervisor/spawner.py), vforked by the C module
+or through the setpriv-sh chain: the same set-up as a forked child (folder, environment,
+stdin, signals, process group), death with the manager, and the check that the manager
+still lives before the program starts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from jobs import Queue, State, command_call
 from supervisor import forking
 from supervisor.manager import Manager
-from supervisor.spawner import Spawner
+from supervisor.spawner import Chained, Spawner, Vforked
 from tests.processes import Processes, dump, is_gone, outcome, read_pid, settle, wait_until
 
 PROBE = "; ".join(
@@ -38,18 +39,33 @@ GLIBC_INTERNAL = (1 << 31) | (1 << 32)  # signals 32 and 33: see SPAWN_DEFAULTS 
 def spawner() -> Spawner:
     found = Spawner.find()
     if found is None:
-        pytest.skip("this host has no setpriv with --pdeathsig (util-linux 2.33+): command jobs are forked")
+        pytest.skip("no C module and no setpriv with --pdeathsig (util-linux 2.33+) here: command jobs are forked")
     return found
 
 
-def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawned: bool) -> tuple[list[str], set[str]]:
+@pytest.fixture
+def vforked() -> Vforked:
+    found = Vforked.probe()
+    if found is None:
+        pytest.skip("forkvisor was installed without its C module (no C compiler at install)")
+    return found
+
+
+@pytest.fixture
+def chain() -> Chained:
+    found = Chained.probe()
+    if found is None:
+        pytest.skip("this host has no setpriv with --pdeathsig (util-linux 2.33+)")
+    return found
+
+
+def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawner: Spawner | None) -> tuple[list[str], set[str]]:
     """The probe's output lines, and what the manager's own descriptors (wakeup pipe,
     selector, inotify) point to, for the job's to be compared with."""
     [job_id] = queue.enqueue_many([command_call(["sh", "-c", PROBE], cwd=str(tmp_path))])
     manager = procs.manager(queue, start=False)
     for served in manager.served:
-        served.launcher.spawner = served.launcher.spawner if spawned else None
-    assert (manager.served[0].launcher.spawner is not None) == spawned
+        served.launcher.spawner = spawner
     manager.start()
     own = {os.readlink(f"/proc/self/fd/{fd}") for fd in manager.wakeups.fds}
     settle(manager, queue, [job_id])
@@ -58,11 +74,12 @@ def run_probe(procs: Processes, queue: Queue, tmp_path: Path, spawned: bool) -> 
     return (found.history[-1].path / "stdout").read_text().splitlines(), own
 
 
-@pytest.mark.parametrize("spawned", [True, False], ids=["spawned", "forked"])
+@pytest.mark.parametrize("how", ["vforked", "chain", "forked"])
 def test_a_command_job_starts_as_a_forked_one_would(
-    procs: Processes, queue: Queue, tmp_path: Path, spawner: Spawner, spawned: bool
+    procs: Processes, queue: Queue, tmp_path: Path, how: str, request: pytest.FixtureRequest
 ) -> None:
-    lines, manager_side = run_probe(procs, queue, tmp_path, spawned)
+    spawner = None if how == "forked" else request.getfixturevalue(how)
+    lines, manager_side = run_probe(procs, queue, tmp_path, spawner)
     assert len(lines) >= 7, lines
     folder, ids, stdin, group, pid, *targets, blocked, ignored = lines
     assert folder == str(tmp_path)
@@ -93,12 +110,47 @@ def test_a_spawned_job_dies_with_its_manager(procs: Processes, queue: Queue, bar
     wait_until(lambda: is_gone(job_pid), 5, f"the spawned job {job_pid} died with its manager")
 
 
-def test_the_helper_runs_nothing_once_its_manager_is_gone(tmp_path: Path, spawner: Spawner) -> None:
+def test_the_chain_runs_nothing_once_its_manager_is_gone(tmp_path: Path, chain: Chained) -> None:
     marker = tmp_path / "ran"
     not_the_parent = 1  # what getppid() says once the manager died and the helper was reparented
-    done = subprocess.run(spawner.argv(not_the_parent, None, ("touch", str(marker))), check=False)
+    done = subprocess.run(chain.argv(not_the_parent, None, ("touch", str(marker))), check=False)
     assert done.returncode == 71
     assert not marker.exists()
+
+
+def test_a_vforked_child_runs_nothing_once_its_manager_is_gone(tmp_path: Path, vforked: Vforked) -> None:
+    from supervisor import _vfork
+
+    marker = tmp_path / "ran"
+    not_the_parent = 1  # what getppid() says once the manager died and the child was reparented
+    program = [b"/usr/bin/touch", str(marker).encode()]
+    pid, stage, _ = _vfork.spawn(program[:1], program, [], 0, 1, 2, None, not_the_parent)
+    assert stage == _vfork.STAGE_ORPHANED
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 71
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("how", ["vforked", "chain"])
+def test_a_program_that_cannot_run_is_a_clear_error(
+    procs: Processes, queue: Queue, how: str, request: pytest.FixtureRequest
+) -> None:
+    spawner = request.getfixturevalue(how)
+    missing, not_executable = queue.enqueue_many(
+        [command_call(["no-such-program-here"]), command_call([str(Path(__file__))])]
+    )
+    manager = procs.manager(queue, start=False)
+    for served in manager.served:
+        served.launcher.spawner = spawner
+    manager.start()
+    settle(manager, queue, [missing, not_executable], timeout=30)
+    for job_id, code in ((missing, 127), (not_executable, 126)):
+        found = queue.job(job_id)
+        assert found.state is State.DEAD, dump(found)
+        assert outcome(found)["exit_code"] == code, dump(found)
+        assert found.error is not None
+        assert found.error["type"] == "CannotRun"
+        stderr = (found.history[-1].path / "stderr").read_text()
+        assert ("no-such-program-here" if code == 127 else "test_spawner.py") in stderr, stderr
 
 
 def test_a_folder_that_cannot_be_entered_is_a_clear_error(procs: Processes, queue: Queue, tmp_path: Path) -> None:
@@ -130,14 +182,17 @@ def test_a_relative_folder_is_the_managers_and_ignores_cdpath(
     assert (found.history[-1].path / "stdout").read_text() == f"{tmp_path / 'here' / 'work'}\n", dump(found)
 
 
-def test_a_manager_killed_right_after_a_spawn_leaves_no_program_running(procs: Processes, spawner: Spawner) -> None:
-    """A parent that exits the moment each spawn returns, often before the helper has armed
-    the parent-death signal: a program that started before it died is killed with it,
-    and one whose helper came too late never starts (the check). None may live on."""
+@pytest.mark.parametrize("how", ["vforked", "chain"])
+def test_a_manager_killed_right_after_a_spawn_leaves_no_program_running(
+    procs: Processes, how: str, request: pytest.FixtureRequest
+) -> None:
+    """A parent that exits the moment each spawn returns, often before the chain's helper has
+    armed the parent-death signal: a program that started before it died is killed with it,
+    and one whose check came too late never starts. None may live on."""
+    spawner: Spawner = request.getfixturevalue(how)
 
     def spawn_and_die() -> int:
-        argv = spawner.argv(os.getpid(), None, ("sleep", "60"))
-        os.posix_spawn(argv[0], argv, os.environ)
+        spawner.start(("sleep", "60"), dict(os.environ), (0, 1, 2), None)
         return 0  # and the child exits at once (forking.start_child)
 
     for _ in range(200):
