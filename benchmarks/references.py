@@ -138,11 +138,7 @@ class MinimalQueue:
         if pid == 0:
             code = 1
             try:
-                fd = os.open(result, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                os.write(fd, RESULT)
-                if durable:
-                    os.fsync(fd)
-                os.close(fd)
+                _write(result, RESULT, durable)
                 code = 0
             finally:
                 os._exit(code)
@@ -223,7 +219,8 @@ def _fork_recording(job: str, job_id: str, function: str, durable: bool) -> int:
     return pid
 
 
-def _write(path: str, data: bytes, durable: bool) -> None:
+def _write(path: str | Path, data: bytes, durable: bool) -> None:
+    """Create `path` with `data` (fsynced when durable)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, data)
@@ -257,13 +254,7 @@ def _stage(queue: Path, spec: bytes, durable: bool) -> str:
     job_id = new_job_id()
     staging = queue / "tmp" / job_id
     os.mkdir(staging, 0o700)
-    fd = os.open(staging / "job.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, spec)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write(staging / "job.json", spec, durable)
     if durable:
         folder = open_dir(staging)
         os.fsync(folder)
