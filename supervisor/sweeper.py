@@ -42,7 +42,11 @@ def run(
     """Sweep `path` every `interval` seconds until killed (it dies with its manager). What a
     sweep skips is kept in the folder of `owner`, its manager, for `forkvisor status`."""
     set_title(Role.SWEEPER, f"forkvisor: sweeper {path}")
-    queue = Queue(path, create=False, durable=durable)
+    try:
+        queue = Queue(path, create=False, durable=durable)
+    except JobsError as exc:  # removed or replaced under its manager, which sees it too and stops
+        log.error("the sweeper cannot open its queue: %s", exc)
+        return forking.EXIT_FAILED
     every = purge_interval(retention, interval)
     planner = queue.planner(functions.registry.schedules)
     next_purge = next_sweep = 0.0
