@@ -8,18 +8,21 @@ from __future__ import annotations
 import ast
 import gc
 import os
+import random
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from jobs import Queue, State, command_call
+from jobs import JobOptions, Queue, State, command_call
 from supervisor import forking
 from supervisor.manager import Manager
 from supervisor.spawner import Chained, Spawner, Vforked
-from tests.processes import Processes, dump, is_gone, outcome, read_pid, settle, wait_until
+from tests.jobs_processes.invariants import check_invariants, read_attempts
+from tests.processes import Processes, dump, is_gone, outcome, pids_in, read_pid, settle, wait_until
 
 PROBE = "; ".join(
     [
@@ -149,6 +152,38 @@ def test_many_vforks_leave_the_managers_memory_intact(vforked: Vforked) -> None:
 
     child = forking.start_child(spawn_and_collect)
     assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+
+
+def test_managers_killed_while_they_vfork_command_jobs_lose_none_and_count_every_run(
+    procs: Processes, queue: Queue, tmp_path: Path, vforked: Vforked
+) -> None:
+    """Guarantees 1-3 with vforked command jobs: managers SIGKILLed again and again while they
+    start short programs. In the end every job is in done/ or dead/, in one place; each run was
+    counted (no run folder without its count; a failing job dead after all its attempts).
+    (That a program dies with its manager: test_a_spawned_job_dies_with_its_manager.)"""
+    started = tmp_path / "started"
+    attempts = 6  # more than the kills: a run lost with its manager counts as an attempt
+    options = JobOptions(max_attempts=attempts, backoff="none")
+    argv = [["sh", "-c", f"echo $$ >> {started}; sleep 0.05; exit {n % 5 == 0:d}"] for n in range(150)]
+    ids = queue.enqueue_many([command_call(words, options=options) for words in argv])
+    rng = random.Random(20261125)
+    for round_number in range(4):
+        manager = procs.run_manager(queue, "--commands", "--concurrency", "4", name=f"killed-{round_number}")
+        least = 10 * (round_number + 1)
+        wait_until(lambda least=least: started.exists() and len(pids_in(started)) > least, 30, "programs ran")
+        time.sleep(rng.uniform(0.05, 0.3))  # a moment among the spawns, chosen by the seed, not a wait for a state
+        manager.send_signal(signal.SIGKILL)
+        assert procs.wait_exit(manager, 10, "SIGKILLed manager") == -signal.SIGKILL
+    last = procs.run_manager(queue, "--commands", "--burst", name="last")
+    assert procs.wait_exit(last, 60, "the last manager, --burst") == 0, procs.log(last)
+    places = check_invariants(queue.path, ids)
+    for job_id, (state, path) in places.items():
+        failing = argv[ids.index(job_id)][2].endswith("exit 1")
+        assert state is (State.DEAD if failing else State.DONE), dump(queue.job(job_id))
+        runs = len(list(path.glob("attempt-*")))
+        assert 1 <= runs <= read_attempts(path), f"{job_id}: {runs} runs, {read_attempts(path)} counted"
+        if failing:
+            assert read_attempts(path) == attempts, dump(queue.job(job_id))
 
 
 @pytest.mark.parametrize("how", ["vforked", "chain"])
