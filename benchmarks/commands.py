@@ -23,6 +23,7 @@ afterwards faults).
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 import time
@@ -72,6 +73,7 @@ SPAWNERS: dict[str, Callable[[], Spawner | None]] = {
 }
 
 
+@functools.cache
 def ways() -> list[str]:
     """How this host can start command jobs, the default first."""
     return [how for how, probe in SPAWNERS.items() if how == "forked" or probe() is not None]

@@ -123,13 +123,21 @@ def vfork_exec(program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, 
         None if cwd is None else os.fsencode(cwd),
         os.getpid(),
     )
-    if stage in (_vfork.STAGE_CWD, _vfork.STAGE_EXEC):
-        what = f"cannot enter the job's folder {cwd}" if stage == _vfork.STAGE_CWD else f"cannot run {name!r}"
-        try:
-            os.write(stdio[2], f"forkvisor-job: {what}: {os.strerror(error)}\n".encode())
-        except OSError:
-            pass  # a full disk: the exit status (126, 127) still tells
+    if stage not in (_vfork.STAGE_RUNS, _vfork.STAGE_ORPHANED):  # (orphaned: its manager is gone)
+        _say_why(stage, error, name, cwd, stdio[2])
     return pid
+
+
+def _say_why(stage: int, error: int, name: str, cwd: str | None, stderr: int) -> None:
+    """Write into a vforked job's stderr why its program did not start."""
+    what = {
+        _vfork.STAGE_SETUP: "cannot set up the job's process",
+        _vfork.STAGE_CWD: f"cannot enter the job's folder {cwd}",
+    }.get(stage, f"cannot run {name!r}")
+    try:
+        os.write(stderr, f"forkvisor-job: {what}: {os.strerror(error)}\n".encode())
+    except OSError:
+        pass  # a full disk: the exit status (70, 126, 127) still tells
 
 
 def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int]) -> None:
