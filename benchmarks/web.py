@@ -16,7 +16,9 @@ A function filter that matches nothing reads every job.json: timed once with
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -28,10 +30,13 @@ from benchmarks.scale import fabricate
 from jobs import Queue
 from supervisor import web
 
+TOKEN = secrets.token_urlsafe(32)  # every request for data carries it, as a browser's or Prometheus's does
+
 
 def _get(url: str) -> float:
     started = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=600) as response:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=600) as response:
         response.read()
     return time.perf_counter() - started
 
@@ -42,6 +47,7 @@ def _serve(queue: Queue) -> tuple[subprocess.Popen[str], str]:
         cwd=common.REPO,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "FORKVISOR_WEB_TOKEN": TOKEN},  # given: none is made and kept in a runtime folder
     )
     assert server.stdout is not None
     line = server.stdout.readline()

@@ -12,16 +12,21 @@ the heartbeat age the owner name of each live manager. Never a job id.
 from __future__ import annotations
 
 import math
+import os
+import secrets
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TypeAlias
 
-from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from jobs import DURATION_BUCKETS, OUTCOMES, JobsError, Queue, State, Tally
 from supervisor import snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TEXTFILE_MODE = 0o644  # node_exporter reads it as its own user (and serves it to whoever scrapes it)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 Reading: TypeAlias = tuple[str, snapshot.Snapshot | None, Tally | None]  # a queue, read (None: it could not be)
@@ -160,6 +165,46 @@ def exposition(queues: Sequence[Queue]) -> bytes:
 
 
 def write_textfile(queues: Sequence[Queue], path: str) -> None:
-    """Write the metrics for node_exporter's textfile collector, atomically (a temporary
-    file beside `path`, renamed over it: the collector never reads half a file)."""
-    write_to_textfile(path, _registry(families(read(queues))))
+    """Write the metrics for node_exporter's textfile collector, whole or not at all."""
+    replace_file(Path(path), exposition(queues))
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace `path` with a file holding `data`, so a reader sees the old file or the new
+    one, whole. The new one is written beside it under a random name, made with
+    O_EXCL|O_NOFOLLOW (a link or a file planted under any name is never opened: a name one
+    could predict once let root overwrite the file a link pointed to), private while it is
+    written, fsynced, given `TEXTFILE_MODE`, then renamed over `path` (which replaces a link
+    there, never follows it). On failure nothing is left but what was there before."""
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        temporary = f".{path.name}.{secrets.token_hex(8)}.tmp"  # not *.prom: the collector skips it
+        fd = os.open(temporary, _NEW_FILE, 0o600, dir_fd=folder)
+        try:
+            _fill(fd, data)
+            os.rename(temporary, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            _remove_if_there(temporary, folder)
+            raise
+        os.fsync(folder)  # the rename, durable
+    finally:
+        os.close(folder)
+
+
+def _fill(fd: int, data: bytes) -> None:
+    """Write `data` whole into the new file `fd`, let the collector read it, fsync it, close it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, TEXTFILE_MODE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_if_there(name: str, folder: int) -> None:
+    try:
+        os.unlink(name, dir_fd=folder)
+    except FileNotFoundError:
+        pass  # never made (the open failed), or renamed already

@@ -6,6 +6,9 @@ const REFRESH_MS = 2000;
 const STATES = ["incoming", "ready", "scheduled", "waiting", "claimed", "done", "dead"];
 let timer = null;
 
+// The token (on TCP) comes once in the URL `forkvisor web` printed, and is kept for this
+// tab only: sessionStorage belongs to this origin, port included (a cookie for localhost
+// would be sent to every other server on the host). The page's own files need none.
 const token = (() => {
   const given = new URLSearchParams(location.search).get("token");
   if (given) {
@@ -43,7 +46,7 @@ function table(headings, rows) {
 }
 
 function ago(seconds) {
-  if (seconds === null || seconds === undefined) return "–";
+  if (typeof seconds !== "number") return "–";
   if (seconds < 1) return (seconds * 1000).toFixed(0) + " ms";
   if (seconds < 120) return seconds.toFixed(1) + " s";
   if (seconds < 7200) return (seconds / 60).toFixed(1) + " min";
@@ -52,7 +55,7 @@ function ago(seconds) {
 }
 
 function megabytes(bytes) {
-  return bytes === null || bytes === undefined ? "–" : (bytes / 1048576).toFixed(1) + " MiB";
+  return typeof bytes === "number" ? (bytes / 1048576).toFixed(1) + " MiB" : "–";
 }
 
 function when(epoch) {
@@ -71,9 +74,9 @@ function shortList(names, shown) {
 
 function progressCell(progress) {
   if (!progress) return el("td", { text: "–" });
-  const share = progress.total ? Math.min(1, progress.done / progress.total) : null;
+  const share = typeof progress.total === "number" && progress.total > 0 ? Math.min(1, (progress.done || 0) / progress.total) : null;  // null: a number the server could not send (NaN)
   const bar = share === null ? null : el("progress", { max: "1", value: share.toFixed(3) });  // no style attribute: the CSP allows none
-  const words = (share === null ? String(progress.done) : (share * 100).toFixed(0) + "%") + (progress.message ? " " + progress.message : "");
+  const words = (share === null ? String(progress.done ?? "–") : (share * 100).toFixed(0) + "%") + (progress.message ? " " + progress.message : "");
   return el("td", {}, bar, words);
 }
 
@@ -132,7 +135,7 @@ function queueCard(entry) {
   const running = table(["job", "function", "attempt", "age", "cpu", "rss", "progress"], status.running.map((job) =>
     el("tr", {}, el("td", {}, el("a", { href: "#/job/" + entry.index + "/" + job.id, text: job.id })),
       el("td", { text: job.what }), el("td", { class: "num", text: job.attempt + "/" + job.max_attempts }),
-      el("td", { class: "num", text: ago(job.age) }), el("td", { class: "num", text: job.cpu === null ? "–" : job.cpu.toFixed(2) + " s" }),
+      el("td", { class: "num", text: ago(job.age) }), el("td", { class: "num", text: typeof job.cpu === "number" ? job.cpu.toFixed(2) + " s" : "–" }),
       el("td", { class: "num", text: megabytes(job.rss) }), progressCell(job.progress))));
   return el("section", { class: "card queue", "data-queue": String(entry.index) },
     el("h2", {}, el("a", { href: "#/q/" + entry.index + "/ready", text: status.queue })),
@@ -196,7 +199,7 @@ async function jobPage(index, id) {
   for (const run of [...job.history].reverse()) {
     const outcome = run.outcome || {};
     const error = outcome.error && outcome.error.message ? (outcome.error.type || "error") + ": " + outcome.error.message : "";
-    parts.push(el("h3", { text: "run " + run.run + ": " + (outcome.status || "running") + (outcome.wall_time !== undefined ? ", " + outcome.wall_time.toFixed(3) + " s" : "") }));
+    parts.push(el("h3", { text: "run " + run.run + ": " + (outcome.status || "running") + (typeof outcome.wall_time === "number" ? ", " + outcome.wall_time.toFixed(3) + " s" : "") }));
     if (error) parts.push(el("p", { class: "error", text: error }));
     const output = (job.output || {})[String(run.run)] || {};
     for (const name of ["stdout", "stderr"]) if (output[name]) parts.push(el("div", { class: "muted", text: name }), el("pre", { text: output[name] }));

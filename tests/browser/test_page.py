@@ -1,6 +1,7 @@
 """The status page in a real browser: headless Chromium loads it against a live manager
-and reads what a person would see. Skipped (with the reason) where Chromium is not
-installed; `.ci/run` installs it. The screenshot is kept in the test's folder (and in
+and reads what a person would see, opening the URL `forkvisor web` printed (the token in
+it), as a person would. Skipped (with the reason) where Chromium is not installed;
+`.ci/run` installs it. The screenshot is kept in the test's folder (and in
 $FORKVISOR_SCREENSHOTS, if set) for a person to look at."""
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from jobs import Queue, State
 from tests import sample_jobs
 from tests.conftest import wait_until
 from tests.processes import Processes
-from tests.supervisor.test_web import start_web
+from tests.supervisor.test_web import runtime, start_web
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (Debian package chromium)"),
+    pytest.mark.usefixtures(runtime.__name__),  # the server's token kept in the test's folder
+]
 
 
 def _browser(tmp_path: Path, url: str, *options: str) -> subprocess.CompletedProcess[str]:
@@ -67,7 +71,12 @@ def test_a_person_sees_the_counts_change_and_a_dead_jobs_cause(
     wait_until(lambda: all((barriers / f"started-{n}").exists() for n in range(2)), 15, "the others started")
     server, web = start_web(procs, queue.path)
 
-    before = _dom(tmp_path, web.url + "/")
+    refused = _dom(tmp_path, web.url + "/")  # without the token: the page, but none of the queue's data
+    assert "a token is needed" in refused, refused
+    assert str(queue.path) not in refused
+    assert dead not in refused
+
+    before = _dom(tmp_path, web.page())
     assert _counts(before) == {
         "incoming": 0,
         "ready": 0,
@@ -85,20 +94,20 @@ def test_a_person_sees_the_counts_change_and_a_dead_jobs_cause(
     shown: list[str] = []
 
     def page_shows_them_done() -> bool:
-        shown[:] = [_dom(tmp_path, web.url + "/")]  # a new look, as a person reloading (or waiting 2s)
+        shown[:] = [_dom(tmp_path, web.page())]  # a new look, as a person reloading (or waiting 2s)
         return _counts(shown[0]).get("done") == 2
 
     wait_until(page_shows_them_done, 30, "the page shows the jobs done")
     assert _counts(shown[0])["claimed"] == 0, shown[0]
 
-    page = _dom(tmp_path, f"{web.url}/#/job/0/{dead}")
+    page = _dom(tmp_path, web.page(f"#/job/0/{dead}"))
     cause = re.search(r'<p class="error cause">(.*?)</p>', page)
     assert cause is not None, page
     assert "the disk is on fire &lt;script&gt;alert(1)&lt;/script&gt;" in cause.group(1)  # shown, not run
     assert "<script>alert(1)" not in page
 
     shot = tmp_path / "status.png"
-    done = _browser(tmp_path, web.url + "/", "--window-size=1280,1000", f"--screenshot={shot}")
+    done = _browser(tmp_path, web.page(), "--window-size=1280,1000", f"--screenshot={shot}")
     assert done.returncode == 0, done.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000  # a page, not a blank

@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
+import threading
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import Queue, State
+from supervisor import metrics
 from tests import sample_jobs
 from tests.cli.conftest import cli, ok, refused
 from tests.conftest import REPO, wait_until
@@ -120,6 +123,51 @@ def test_the_textfile_is_written_whole_and_alone(queue: Queue, tmp_path: Path) -
     ok("metrics", queue.path, "--textfile", out)
     assert os.listdir(out.parent) == ["forkvisor.prom"]  # no temporary file left beside it
     assert _samples(out.read_text())[("forkvisor_queue_up", ())] == 1
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644  # node_exporter reads it as its own user
+
+
+def _plant(link: Path, victim: Path) -> None:
+    link.unlink(missing_ok=True)
+    link.symlink_to(victim)
+
+
+def test_the_textfile_never_writes_through_a_link_planted_beside_it_or_at_it(queue: Queue, tmp_path: Path) -> None:
+    """Whoever may write the collector's folder plants links where the writer will open a
+    file: at a temporary name it can predict (prometheus_client's was PATH.PID.THREAD, and
+    root overwrote the file such a link pointed to), and at PATH itself. None is followed:
+    the temporary file is new (O_EXCL|O_NOFOLLOW) under a random name, and the rename
+    replaces a link at PATH. Run as root in CI, where it matters most."""
+    victim = tmp_path / "victim"
+    victim.write_text("only root may write this\n")
+    victim.chmod(0o600)
+    folder = tmp_path / "collector"
+    folder.mkdir()
+    out = folder / "forkvisor.prom"
+    predictable = [
+        f"{out.name}.{os.getpid()}.{threading.get_ident()}",  # the old name, for a write from this thread
+        f".{out.name}.tmp",
+        f"{out.name}.tmp",
+        f"{out.name}.new",
+    ]
+    for name in [*predictable, out.name]:
+        _plant(folder / name, victim)
+    metrics.write_textfile([queue], str(out))  # in this process: the pid and thread the old name used
+    _plant(out, victim)
+    ok("metrics", queue.path, "--textfile", out)  # and the command, with a link at PATH again
+    assert victim.read_text() == "only root may write this\n"
+    assert not out.is_symlink()
+    assert _samples(out.read_text())[("forkvisor_queue_up", ())] == 1
+    assert sorted(os.listdir(folder)) == sorted([*predictable, out.name])  # nothing else left behind
+    assert all((folder / name).is_symlink() for name in predictable)  # untouched
+
+
+def test_a_textfile_that_cannot_be_written_leaves_nothing_behind(queue: Queue, tmp_path: Path) -> None:
+    folder = tmp_path / "collector"
+    (folder / "forkvisor.prom" / "in-the-way").mkdir(parents=True)  # the rename over PATH fails
+    refused(cli("metrics", queue.path, "--textfile", folder / "forkvisor.prom"), 111, "cannot write the textfile")
+    assert os.listdir(folder) == ["forkvisor.prom"]  # the temporary file was removed
+    missing = tmp_path / "no-such-folder" / "forkvisor.prom"
+    refused(cli("metrics", queue.path, "--textfile", missing), 111, "cannot write the textfile", "folder must exist")
 
 
 def test_metrics_of_several_queues_and_a_refusal(tmp_path: Path) -> None:
