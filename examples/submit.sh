@@ -5,7 +5,8 @@
 #   usage: examples/submit.sh QUEUE FUNCTION [JSON-ARGS-ARRAY] [PRIORITY]
 #
 # As the queue's owner it writes the job's folder; as anyone else (a member of a
-# shared queue) it writes one file into incoming/, which a manager takes in.
+# shared queue) it writes one file into their own folder of incoming/, which a
+# manager takes in.
 #   e.g.:  examples/submit.sh demo-queue examples.word_count '["README.md"]'
 #
 # The job says only what to run: the manager that claims it applies the
@@ -38,7 +39,8 @@ sys.exit(0 if isinstance(job, dict) and isinstance(job.get("args"), list) and is
     fi
 }
 
-id=$(date -u +%Y%m%d-%H%M%S-%6N)-$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+random_hex() { od -An -N4 -tx1 /dev/urandom | tr -d ' \n'; }
+id=$(date -u +%Y%m%d-%H%M%S-%6N)-$(random_hex)
 # The function name goes in as a JSON string: escape backslashes and quotes.
 quoted=$(printf '%s' "$function" | sed 's/\\/\\\\/g; s/"/\\"/g')
 job=$(printf '{"function": "%s", "args": %s, "priority": %s}' "$quoted" "$args" "$priority")
@@ -67,13 +69,26 @@ if [ "$(stat -c %u "$queue")" = "$(id -u)" ]; then
     mv -T "$staging" "$queue/ready/$rank.$id"  # the publishing rename
     sync "$queue/ready"
 else
-    # Anyone else (a member of a shared queue) may write incoming/ only: one file, which
-    # a manager takes in as the owner's job (docs/FORMAT.md, "Submitting from any language").
-    staging="$queue/incoming/.$id.json.$$.tmp"
-    (umask 027 && printf '%s\n' "$job" >"$staging")
+    # Anyone else (a member of a shared queue) may write only their own folder of incoming/,
+    # which they make on first use; a manager takes each file in as the owner's job, knowing
+    # who submitted it from the folder's owner (docs/FORMAT.md, "Submitting from any language").
+    mine="$queue/incoming/$(id -u)"
+    [ -d "$mine" ] || mkdir -m 770 "$mine" 2>/dev/null || [ -d "$mine" ] ||
+        { echo "submit.sh: cannot make $mine (is this a shared queue you are a member of?)" >&2; exit 111; }
+    [ "$(stat -c %u "$mine")" = "$(id -u)" ] ||
+        { echo "submit.sh: $mine belongs to another user: ask the queue's owner to remove it" >&2; exit 111; }
+    staging="$mine/.new.$$.tmp"
+    : >"$staging"
+    chmod 644 "$staging"
+    # A member's id is dated ahead of the moment it is published (by 10 s here), by the file
+    # system's clock, which the staging file's change time tells: a manager refuses any id
+    # dated before its file, so no id already seen in the queue can be submitted again.
+    now=$(stat -c %Z "$staging")
+    id=$(date -u -d "@$((now + 10))" +%Y%m%d-%H%M%S)-$(date -u +%6N)-$(random_hex)
+    printf '%s\n' "$job" >"$staging"
     refuse_if_bad "$staging" "$staging"
     sync "$staging"
-    mv -T "$staging" "$queue/incoming/$id.json"
-    sync "$queue/incoming"
+    mv -T "$staging" "$mine/$id.json"
+    sync "$mine"
 fi
 echo "$id"

@@ -48,6 +48,7 @@ __version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
 __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
 
 from jobs import run_folder
+from jobs.access import owner_group_members
 from jobs.claim import Claim
 from jobs.command import COMMAND, Command, command_call
 from jobs.config import BUILT_IN as _BUILT_IN
@@ -169,6 +170,7 @@ __all__ = [
     "format_size",
     "is_job_id",
     "new_job_id",
+    "owner_group_members",
     "parse_duration",
     "parse_size",
     "retry_delay",

@@ -7,6 +7,8 @@
                   (exponential 1s 5m)
     lease         seconds a silent manager keeps its claims (30)
     retention     done jobs older than this many seconds are purged by sweeps (none: kept)
+    root_jobs     with --run-as-submitter, a job may run as root (uid 0): the owner's own
+                  jobs on a queue of root's (no: they end dead, saying so)
 
 Only the settings someone set are stored; the rest take the built-in values
 above. The first four are the queue's level of a job's policy (see
@@ -22,7 +24,7 @@ from typing import Any
 
 from jobs.errors import InvalidJob
 from jobs.retry import DEFAULT_BACKOFF, Backoff
-from jobs.units import parse_duration, parse_size
+from jobs.units import MAX_DURATION, MAX_SIZE, parse_duration, parse_size
 
 BUILT_IN: dict[str, Any] = {
     "max_attempts": 3,
@@ -31,6 +33,7 @@ BUILT_IN: dict[str, Any] = {
     "backoff": str(DEFAULT_BACKOFF),
     "lease": 30.0,
     "retention": None,
+    "root_jobs": False,
 }
 """Every setting's value where `queue.json` sets none: the one home of these defaults."""
 SETTINGS = tuple(BUILT_IN)
@@ -40,8 +43,8 @@ NONE_WORDS = ("none", "null", "never", "off")
 
 def _attempts(value: Any) -> int:
     number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise InvalidJob(f"max_attempts must be a whole number of at least 1, got {value!r}")
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 1_000_000:
+        raise InvalidJob(f"max_attempts must be a whole number of at least 1 (and at most 1000000), got {value!r:.40}")
     return number
 
 
@@ -58,7 +61,9 @@ def _seconds(value: Any, *, optional: bool) -> float | None:
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise InvalidJob(f"must be a duration greater than 0{' or none' if optional else ''}, got {value!r}")
+        raise InvalidJob(f"must be a duration greater than 0{' or none' if optional else ''}, got {value!r:.40}")
+    if value > MAX_DURATION:
+        raise InvalidJob(f"must be at most 100 years, got {value!r:.40}")
     return float(value)
 
 
@@ -70,9 +75,18 @@ def _bytes(value: Any) -> int | None:
             value = parse_size(value)
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidJob(f"must be a size such as 512M, or none, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+        raise InvalidJob(f"must be a size such as 512M, or none, got {value!r:.40}")
     return value
+
+
+def _yes_or_no(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"yes": True, "true": True, "on": True, "no": False, "false": False, "off": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise InvalidJob(f"must be yes or no, got {value!r:.40}")
 
 
 def _backoff(value: Any) -> str:
@@ -86,6 +100,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "backoff": _backoff,
     "lease": lambda value: _seconds(value, optional=False),
     "retention": lambda value: _seconds(value, optional=True),
+    "root_jobs": _yes_or_no,
 }
 
 

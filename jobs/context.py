@@ -34,7 +34,7 @@ from jobs.handles import OPEN_DIR
 from jobs.store import Queue
 
 PROGRESS_EVERY = 0.5  # seconds between two writes of progress.json
-MAX_MESSAGE = 500  # characters of a progress message kept
+MAX_MESSAGE = run_folder.MAX_MESSAGE
 _NAMES = ("FORKVISOR_QUEUE", "FORKVISOR_JOB_ID", "FORKVISOR_ATTEMPT", "FORKVISOR_ATTEMPT_DIR", "FORKVISOR_FUNCTION")
 
 

@@ -47,7 +47,8 @@ KEYS = "keys"  # which job holds each unique key (`jobs.keys`)
 SCHEDULES = "schedules"  # the schedules added from the shell (`jobs.schedules`)
 TICKS = "ticks"  # each schedule's handled ticks (`jobs.ticks`)
 EDGES = "edges"  # which jobs wait for which (`jobs.depends`)
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS, EDGES)
+TAKEN = "taken"  # the ids of members' submissions taken in lately (`jobs.incoming`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS, EDGES, TAKEN)
 
 
 def cancel_requested(job: Dir) -> bool:
@@ -195,10 +196,16 @@ class QueueFolder:
 
     def set_group(self, gid: int) -> None:
         """Give the queue folder, its marker and its state folders the group `gid` (a shared
-        queue's members); what is made inside them later inherits it (setgid)."""
+        queue's members); what is made inside them later inherits it (setgid). `incoming/`
+        keeps the owner group (`set_owner_group`)."""
         os.chown(self.root.fd, -1, gid)
         for name in (MARKER, *FOLDERS):
-            os.chown(name, -1, gid, dir_fd=self.root.fd, follow_symlinks=False)
+            if name != State.INCOMING.value:
+                os.chown(name, -1, gid, dir_fd=self.root.fd, follow_symlinks=False)
+
+    def set_owner_group(self, gid: int) -> None:
+        """Give `incoming/` the group `gid`, one only the owner is in (docs/SECURITY.md)."""
+        os.chown(State.INCOMING.value, -1, gid, dir_fd=self.root.fd, follow_symlinks=False)
 
     def tighten(self) -> list[str]:
         """Give the queue folder, its marker and its state folders the modes of its layout."""
@@ -242,7 +249,7 @@ class QueueFolder:
         found = self._dirs.get(key)
         if found is None:
             try:
-                found = self._dirs[key] = self.root.sub(key).pinned()
+                found = self._dirs[key] = self._open_folder(key)
             except FileNotFoundError:
                 raise QueueError(
                     f"queue {self.path} has no {key}/ folder (its owner's `forkvisor init` makes it)"
@@ -252,6 +259,14 @@ class QueueFolder:
                     raise
                 raise QueueError(f"queue {self.path}: {key}/ is not a plain folder (a link or a file)") from None
         return found
+
+    def _open_folder(self, name: str) -> Dir:
+        try:
+            return self.root.sub(name).pinned()
+        except PermissionError:
+            if name != State.INCOMING.value:
+                raise
+            return self.root.search_only(name).pinned()  # a member: may enter incoming/, not list it
 
     def replaced(self) -> str | None:
         """Why this process must stop using the queue: its folder, or a state folder it has

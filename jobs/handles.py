@@ -18,6 +18,7 @@ import stat
 from typing import NamedTuple
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_SEARCH_ONLY = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Dir:
@@ -58,6 +59,12 @@ class Dir:
         """Open the folder `name` inside this one (`name` may hold several parts, each reached
         without following a link)."""
         return Dir(open_below(self.fd, name), f"{self.path}/{name}")
+
+    def search_only(self, name: str) -> Dir:
+        """Open the folder `name` inside this one for reaching names in it, where this user may
+        enter it but not list it (a member and a shared queue's `incoming/`): a handle that
+        serves the *at calls (lstat, mkdir, open below) and nothing that reads the folder."""
+        return Dir(os.open(name, _SEARCH_ONLY, dir_fd=self.fd), f"{self.path}/{name}")
 
     def __truediv__(self, name: str) -> Entry:
         return Entry(self, name)

@@ -1,23 +1,46 @@
 """Submissions of those who do not own a queue (members of a shared queue), taken in by
 the queue's managers (docs/SECURITY.md has why; docs/FORMAT.md the format).
 
-A member may write only `incoming/`, which is sticky. To submit, they write the job's
-`job.json` there as one file, `.ID.json.PID.tmp`, and publish it with one rename to
-`ID.json` (a delayed job says when in `"run_at"`). A manager takes it in:
+    incoming/                 the owner's, in the owner group (a group only the owner is
+                              in), setgid and sticky: a member may add a folder of their
+                              own here, and can neither list nor touch anyone else's
+    incoming/NAME/            a member's submission folder: theirs, in the owner group
+                              (inherited), mode 2770: only the member and the owner's
+                              managers may add or remove names in it
+      ID.json                 a submission (the job's job.json), written as
+                              `.ID.json.PID.tmp` and published with one rename
+      ID.cancel, ID.retry     a request about one of the member's own jobs
+      .taking.ID.json         being taken in by a manager
 
-    incoming/ID.json -> incoming/.taking.ID.json      one manager wins the rename
-    write tmp/ID/ as the owner's job folder            job.json gains "submitted_by": the
-                                                       uid owning the file, which no member forges
-    tmp/ID -> ready/RRR.ID (or scheduled/DUE.RRR.ID)  published as any job
-    unlink incoming/.taking.ID.json
+Who submitted a job is the owner of the folder its submission is in. The kernel says
+who owns a folder, and only that user (and the owner's managers, through the owner
+group) may add a name to it, so whatever stands in it, that user put there: no hard
+link, rename or copy of another user's file lends their identity. (The owner of a file
+says nothing of who put it where it is: that was the old rule, and a link forged it.)
 
-A take-in that a crash interrupted leaves `.taking.ID.json`: a later one finishes it
-(the job is published already: the file goes; it is not: it is taken in again).
+A member's job id is dated ahead of its submission: its time must be later than the
+submission file's last change (`st_ctime`, set by the file system's clock, which no
+member can set back), and at most `MOST_AHEAD` later. Every id a member could have seen
+in the queue was made before they could see it, so none of them can be submitted again;
+a member's own ids, and another member's just taken in, are kept out by `taken/ID`, one
+file per id a take-in took (removed once the id's time is past: no later submission can
+carry it then). A schedule's tick ids are derived with a secret members cannot read
+(`jobs.ticks`).
 
-A member acts on their own jobs the same way: `incoming/ID.cancel` or `incoming/ID.retry`
-asks the managers to cancel or retry job ID. They do it if the request's owner
-submitted the job (or owns the queue, or is root), and quarantine the request with
-the reason otherwise.
+A take-in, by a manager of the owner's:
+
+    incoming/NAME/ID.json -> incoming/NAME/.taking.ID.json   one manager wins the rename
+    taken/ID                                                 the id is this submission's
+    write tmp/ID/ as the owner's job folder                   job.json gains "submitted_by"
+    tmp/ID -> ready/RRR.ID, scheduled/DUE.RRR.ID or waiting/ID
+    unlink incoming/NAME/.taking.ID.json
+
+A take-in that a crash interrupted leaves `.taking.ID.json`: a sweep finishes it (the job
+is published already: the file goes; it is not: it is taken in again, `taken/ID` naming
+the same file). Each turn takes in a bounded number of entries within a bounded time,
+taking from each member's folder in turn; a folder or an entry that cannot be used (not a
+member's own, unreadable, writable by others) is set aside, said once, shown by `status`,
+and not looked at again until it changes.
 """
 
 from __future__ import annotations
@@ -27,22 +50,25 @@ import logging
 import os
 import pwd
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from jobs import document, fate, files, keys
+from jobs import depends, document, fate, files, keys, view
 from jobs.config import TMP_AGE
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
 from jobs.fate import Cause
-from jobs.folder import SPEC_FILE, QueueFolder
-from jobs.handles import Entry
+from jobs.folder import SPEC_FILE, TAKEN, QueueFolder
+from jobs.handles import OPEN_DIR, Dir, Entry
 from jobs.job import (
     LATEST_DUE,
     MAX_SPEC_BYTES,
     JobSpec,
     State,
     created_at,
+    new_job_id,
     ready_name,
     scheduled_name,
     spec_json,
@@ -53,39 +79,107 @@ log = logging.getLogger(__name__)
 TAKING = ".taking."
 _JOB_RE = re.compile(r"^(\d{8}-\d{6}-\d{6}-[0-9a-f]{8})\.json$")
 _REQUEST_RE = re.compile(r"^(\d{8}-\d{6}-\d{6}-[0-9a-f]{8})\.(cancel|retry)$")
-FRESH_FOR = 3600.0  # a submitted id's time must be this close to the file's: no reuse of an old job's id
+AHEAD = 10.0  # seconds ahead of the file system's clock a member dates a new id (its write must end first)
+MOST_AHEAD = 3600.0  # a submitted id may be dated at most this far after its file's last change
+TAKEN_KEPT = 60.0  # seconds a `taken/ID` outlives its id's time (clocks round; a little slack)
 STALE_TAKING = 60.0  # a take-in left this long was interrupted
+FOLDER_MODE = 0o2770  # a member's folder: theirs and the owner group's
+SUBMISSION_MODE = 0o644  # readable by the owner's managers whatever the folder's group bits
 
 
 # -- the member's side -----------------------------------------------------------------------
 
 
-def submit(folder: QueueFolder, job_id: str, data: bytes, *, durable: bool) -> None:
-    """Publish one job's `job.json` as a file in `incoming/` for a manager to take in."""
+def my_folder(folder: QueueFolder) -> Entry:
+    """The calling user's submission folder in `incoming/`, made on first use: `incoming/UID`,
+    or `UID.N` if another user took that name first."""
     incoming = folder.at(State.INCOMING)
-    staging = f".{job_id}.json.{os.getpid()}.tmp"
-    files.unlink_if_there(staging, incoming.fd)
+    uid = os.geteuid()
+    for name in [str(uid), *(f"{uid}.{n}" for n in range(1, 10))]:
+        try:
+            status = incoming.lstat(name)
+        except FileNotFoundError:
+            try:
+                _make_member_folder(incoming, name)
+            except FileExistsError:
+                status = incoming.lstat(name)  # made meanwhile: by us (another submit) or someone else
+            else:
+                return incoming / name
+        if stat.S_ISDIR(status.st_mode) and status.st_uid == uid:
+            return incoming / name
+    raise JobsError(
+        f"cannot submit to {folder.path}: incoming/{uid} and the nine names after it are other users' "
+        "(ask the queue's owner to remove them)"
+    )
+
+
+def _make_member_folder(incoming: Dir, name: str) -> None:
+    os.mkdir(name, 0o700, dir_fd=incoming.fd)
+    fd = os.open(name, OPEN_DIR, dir_fd=incoming.fd)
     try:
-        # Readable by the queue's group: the owner's managers must read it (the umask may narrow it).
-        files.write_new(staging, data, durable=durable, mode=0o640, dir_fd=incoming.fd)
-        files.move(staging, f"{job_id}.json", src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
-    except BaseException:
-        files.unlink_if_there(staging, incoming.fd)
-        raise
-    if durable:
-        incoming.fsync()
+        os.fchmod(fd, FOLDER_MODE)  # the owner group's bits whatever the umask (its setgid comes from incoming/)
+    finally:
+        os.close(fd)
+
+
+def submit(folder: QueueFolder, build: Callable[[str], bytes], *, durable: bool) -> str:
+    """Publish one job as a file in the caller's folder of `incoming/`, for a manager to take
+    in; `build(id)` gives its `job.json` for the id chosen here (dated `AHEAD` of the file
+    system's clock, read from the new file itself). Return the id."""
+    mine = my_folder(folder)
+    with mine.open() as place:
+        staging = f".new.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            job_id = _write_dated(place, staging, build, durable)
+            files.move(staging, f"{job_id}.json", src_dir_fd=place.fd, dst_dir_fd=place.fd)
+        except BaseException:
+            files.unlink_if_there(staging, place.fd)
+            raise
+        if durable:
+            place.fsync()
+    return job_id
+
+
+def _write_dated(place: Dir, staging: str, build: Callable[[str], bytes], durable: bool) -> str:
+    """Write the submission under `staging` with an id dated ahead of the file's own change
+    time (the file system's clock, whatever this host's says); a write slower than `AHEAD`
+    is made again with a later id."""
+    fd = os.open(staging, _NEW_FILE, SUBMISSION_MODE, dir_fd=place.fd)
+    try:
+        os.fchmod(fd, SUBMISSION_MODE)  # whatever the umask
+        for _ in range(3):
+            job_id = new_job_id(os.fstat(fd).st_ctime + AHEAD)
+            os.ftruncate(fd, 0)
+            _write_at_start(fd, build(job_id))
+            if durable:
+                os.fsync(fd)
+            if os.fstat(fd).st_ctime < created_at(job_id) - 1.0:
+                return job_id
+        raise JobsError(f"cannot submit to {place.path}: writing a submission took over {AHEAD:g}s three times")
+    finally:
+        os.close(fd)
+
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _write_at_start(fd: int, data: bytes) -> None:
+    written = 0
+    while written < len(data):
+        written += os.pwrite(fd, data[written:], written)
 
 
 def request(folder: QueueFolder, job_id: str, action: str, why: str) -> None:
     """Ask the queue's managers to `cancel` or `retry` job ID (see the module docstring)."""
-    incoming = folder.at(State.INCOMING)
-    staging = f".{job_id}.{action}.{os.getpid()}.tmp"
-    files.unlink_if_there(staging, incoming.fd)
-    files.write_new(staging, f"{why}\n".encode(), durable=False, mode=0o640, dir_fd=incoming.fd)
-    try:
-        files.move(staging, f"{job_id}.{action}", src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
-    except MoveCollision:
-        files.unlink_if_there(staging, incoming.fd)  # asked already
+    mine = my_folder(folder)
+    with mine.open() as place:
+        staging = f".{job_id}.{action}.{os.getpid()}.tmp"
+        files.unlink_if_there(staging, place.fd)
+        files.write_new(staging, f"{why}\n".encode(), durable=False, mode=SUBMISSION_MODE, dir_fd=place.fd)
+        try:
+            files.move(staging, f"{job_id}.{action}", src_dir_fd=place.fd, dst_dir_fd=place.fd)
+        except MoveCollision:
+            files.unlink_if_there(staging, place.fd)  # asked already
 
 
 # -- the managers' side ------------------------------------------------------------------------
@@ -97,92 +191,403 @@ class Actions:
 
     cancel: Callable[[str], Any]  # an operator's cancel of job ID
     retry: Callable[[str], Any]  # an operator's retry of job ID
-    locate: Callable[[str], tuple[State, Entry]]  # where job ID is; JobNotFound if it is nowhere
     on_ready: Callable[[str], None]  # a name put in ready/
     publish_waiting: Callable[[Entry, str, JobSpec], None]  # a job with depends_on, staged (`jobs.depends`)
 
 
-def take_in(folder: QueueFolder, now: float, actions: Actions, budget: int = 64, leftovers: bool = False) -> int:
-    """Take in up to `budget` submissions and requests of `incoming/`, oldest id first; with
-    `leftovers` (the sweeper's), also finish interrupted take-ins and drop abandoned staging
-    files. Return how many entries were handled. One entry never stops the others: what is
-    not a submission is quarantined. (Members' staging files never slow a manager's turn:
-    they are set aside by name, not looked at.)"""
-    names = folder.at(State.INCOMING).names()
-    picked = heapq.nsmallest(budget, (name for name in names if not name.startswith(".")))
-    if leftovers:
-        picked += [name for name in names if name.startswith(".")][:budget]
-    handled = 0
-    for name in picked:
-        try:
-            handled += _take_entry(folder, name, now, actions)
-        except (OSError, JobsError) as exc:  # this entry, not the queue: go on with the next
-            log.warning("cannot take in incoming/%r: %s", name, exc)
-            handled += 1
-    return handled
+@dataclass(frozen=True)
+class _Source:
+    """A member's folder, opened and checked: who it is, and where."""
+
+    place: Entry
+    handle: Dir
+    uid: int
 
 
-def _take_entry(folder: QueueFolder, name: str, now: float, actions: Actions) -> bool:
-    incoming = folder.at(State.INCOMING)
-    if name.startswith(TAKING):
-        return _finish_interrupted(folder, name, now, actions)
-    if name.startswith("."):
-        return _drop_abandoned(folder, name, now)
-    if (job := _JOB_RE.match(name)) is not None:
-        taking = f"{TAKING}{name}"
+class Intake:
+    """The take-in of one queue object: what it set aside, and whose turn it is."""
+
+    def __init__(self, folder: QueueFolder) -> None:
+        self.folder = folder
+        self.more = False  # the last take-in stopped at its budget or time: call again soon
+        self.skipped: dict[str, str] = {}  # folders and entries set aside (incoming/NAME...) -> why (the first 100)
+        self.skipped_count = 0
+        self._set_aside: set[tuple[str, int, int]] = set()  # (name, inode, ctime ns) not to look at again
+        self._aside_names: set[str] = set()  # their names (NAME or NAME/ENTRY): a quick first look
+        self._turn = 0  # which member's folder comes first
+
+    def take_in(
+        self, now: float, actions: Actions, budget: int = 64, seconds: float | None = None, leftovers: bool = False
+    ) -> int:
+        """Take in up to `budget` submissions and requests (for at most `seconds`), from each
+        member's folder in turn, oldest id first; with `leftovers` (the sweeper's), also finish
+        interrupted take-ins and drop abandoned staging files. Return how many were handled."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        places = view.Places(self.folder)
+        handled = looked = 0
+        self.more = False
+        sources = self._sources()
         try:
-            submitted = incoming.lstat(name).st_ctime  # its publication, before our rename renews it
-            files.move(name, taking, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
+            for source, name in self._picked(sources, budget, leftovers):
+                if handled >= budget or (looked and deadline is not None and time.monotonic() > deadline):
+                    self.more = True  # (one entry at least: each call makes progress)
+                    break
+                handled += self._guarded(source, name, now, actions, places)
+                looked += 1
+        finally:
+            for source in sources:
+                source.handle.close()
+        if leftovers:
+            forget_taken(self.folder, now)
+        return handled
+
+    def _picked(self, sources: list[_Source], budget: int, leftovers: bool) -> Iterator[tuple[_Source, str]]:
+        """(folder, name) of the entries to handle, a few from each member's folder in turn."""
+        if not sources:
+            return
+        self._turn = (self._turn + 1) % len(sources)
+        share = max(1, budget // len(sources))
+        for source in sources[self._turn :] + sources[: self._turn]:
+            for name in self._names(source, share, leftovers):
+                yield source, name
+
+    def _sources(self) -> list[_Source]:
+        """Every member's folder that may be taken from, opened; the rest are set aside, and
+        files standing in incoming/ itself (the layout before member folders) quarantined."""
+        incoming = self.folder.at(State.INCOMING)
+        group = os.fstat(incoming.fd).st_gid
+        with incoming.scandir() as listed:
+            found = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listed)
+        sources = []
+        for name, status in found:
+            if self._is_set_aside(name, status):
+                continue
+            if not stat.S_ISDIR(status.st_mode):
+                self._refuse_flat(incoming / name, status)
+                continue
+            why = _unusable(status, group)
+            if why is None:
+                try:
+                    handle = incoming.sub(name)
+                except OSError as exc:
+                    why = f"the owner's managers cannot open it ({exc.strerror}): chmod 2770 it"
+                else:
+                    sources.append(_Source(incoming / name, handle, os.fstat(handle.fd).st_uid))
+                    continue
+            self._set_aside_entry(f"incoming/{name}", name, status, why)
+        return sources
+
+    def _names(self, source: _Source, share: int, leftovers: bool) -> list[str]:
+        names = [name for name in source.handle.names() if not name.startswith(".") and not self._aside(source, name)]
+        picked = heapq.nsmallest(share, names)
+        self.more = self.more or len(names) > share  # the rest wait for the next turn
+        if leftovers:
+            picked += [name for name in source.handle.names() if name.startswith(".")][:share]
+        return picked
+
+    def _refuse_flat(self, place: Entry, status: os.stat_result) -> None:
+        why = (
+            "a file directly in incoming/ cannot say who made it: submissions go into the submitter's own "
+            "folder, incoming/UID/ (forkvisor submit does it; docs/FORMAT.md has the format)"
+        )
+        try:
+            self.folder.quarantine(place, why, time.time())
+        except OSError as exc:
+            self._set_aside_entry(f"incoming/{place.name}", place.name, status, f"{why}; cannot move it: {exc}")
+
+    def _guarded(self, source: _Source, name: str, now: float, actions: Actions, places: view.Places) -> int:
+        """Handle one entry; whatever it holds, the take-in goes on with the next one."""
+        where = f"incoming/{source.place.name}/{name}"
+        try:
+            return int(_Entry(self.folder, source, name, now, actions, places).handle())
+        except (OSError, JobsError) as exc:  # this entry, not the queue
+            log.warning("cannot take in %s: %s", where, exc)
+            self._set_aside_name(source, name, str(exc))
+        except Exception as exc:  # a bug, or content no check foresaw: never a reason to stop every queue
+            log.exception("could not handle %s (a bug in forkvisor: please report it)", where)
+            self._set_aside_name(source, name, f"forkvisor could not handle it ({type(exc).__name__}: {exc})")
+        return 0
+
+    def _set_aside_name(self, source: _Source, name: str, why: str) -> None:
+        try:
+            status = source.handle.lstat(name)
+        except OSError:
+            return  # gone: nothing to remember
+        self._set_aside_entry(f"incoming/{source.place.name}/{name}", f"{source.place.name}/{name}", status, why)
+
+    def _set_aside_entry(self, shown: str, name: str, status: os.stat_result, why: str) -> None:
+        """Not to be looked at again until it changes (its inode or change time)."""
+        key = (name, status.st_ino, status.st_ctime_ns)
+        if key in self._set_aside:
+            return
+        self._set_aside.add(key)
+        self._aside_names.add(name)
+        self.skipped_count += 1
+        if len(self.skipped) < 100:
+            self.skipped[shown] = why
+        log.warning("set aside %s: %s", shown, why)
+
+    def _is_set_aside(self, name: str, status: os.stat_result) -> bool:
+        return name in self._aside_names and (name, status.st_ino, status.st_ctime_ns) in self._set_aside
+
+    def _aside(self, source: _Source, name: str) -> bool:
+        """Whether an entry of a member's folder was set aside and has not changed since."""
+        key = f"{source.place.name}/{name}"
+        if key not in self._aside_names:
+            return False
+        try:
+            return self._is_set_aside(key, source.handle.lstat(name))
+        except OSError:
+            return False
+
+
+def _unusable(status: os.stat_result, group: int) -> str | None:
+    """Why a folder of incoming/ cannot say who submitted what is in it (None: it can)."""
+    mode = stat.S_IMODE(status.st_mode)
+    if status.st_gid != group:
+        return (
+            f"its group is {status.st_gid}, not incoming/'s ({group}): others could write it; remove it "
+            "and submit again (forkvisor submit makes it right)"
+        )
+    if mode & 0o002:
+        return f"every user may write it (mode {mode:04o}), so it cannot say who submitted what: chmod 2770 it"
+    return None
+
+
+class _Entry:
+    """One entry of a member's folder, being handled."""
+
+    def __init__(
+        self, folder: QueueFolder, source: _Source, name: str, now: float, actions: Actions, places: view.Places
+    ) -> None:
+        self.folder, self.source, self.name, self.now = folder, source, name, now
+        self.actions, self.places = actions, places
+        self.folder_fd = source.handle.fd
+
+    @property
+    def place(self) -> Entry:
+        return self.source.handle / self.name
+
+    def handle(self) -> bool:
+        name = self.name
+        if name.startswith(TAKING):
+            return self._finish_interrupted()
+        if name.startswith("."):
+            return self._drop_abandoned()
+        if (job := _JOB_RE.match(name)) is not None:
+            return self._take_job(job[1])
+        if (asked := _REQUEST_RE.match(name)) is not None:
+            return self._take_request(asked[1], asked[2])
+        self._quarantine(self.place, "not a submission: a member's folder holds ID.json, ID.cancel and ID.retry")
+        return True
+
+    # -- a job -----------------------------------------------------------------------------------
+
+    def _take_job(self, job_id: str) -> bool:
+        try:
+            published = self.source.handle.lstat(self.name)  # its publication, before our rename renews it
+        except FileNotFoundError:
+            return False  # another manager took it
+        problem = _file_problem(published, self.source.uid) or self._id_problem(job_id, published)
+        if problem:
+            self._quarantine(self.place, problem)
+            return True
+        taking = f"{TAKING}{self.name}"
+        try:
+            files.move(self.name, taking, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)
         except (FileNotFoundError, MoveCollision):
             return False  # another manager took it
-        _take_job(folder, job[1], taking, submitted, now, actions)
+        self._take_file(job_id, taking, published)
         return True
-    if (asked := _REQUEST_RE.match(name)) is not None:
-        _take_request(folder, name, asked[1], asked[2], now, actions)
-        return True
-    folder.quarantine(incoming / name, "not a submission: incoming/ holds ID.json, ID.cancel and ID.retry", now)
-    return True
 
+    def _take_file(self, job_id: str, taking: str, published: os.stat_result) -> None:
+        try:
+            data, status = files.read_regular(taking, MAX_SPEC_BYTES, self.folder_fd)
+        except OSError as exc:
+            self._quarantine(self.source.handle / taking, f"submission {job_id} cannot be read: {exc.strerror or exc}")
+            return
+        problem = _file_problem(status, self.source.uid)
+        if problem is None and status.st_ino != published.st_ino:
+            problem = "another file took its name while it was taken in: submit it again"
+        if problem:
+            self._quarantine(self.source.handle / taking, problem)
+            return
+        checked = _checked(data, job_id, self.source.uid)
+        if checked.cause is None and checked.spec is not None:
+            checked = replace(checked, cause=self._parents_missing(job_id, checked.spec))
+        staging = self._stage(job_id, checked, data)
+        cause = checked.cause or self._key_taken(job_id, checked)
+        try:
+            if cause is not None:
+                self.folder.bury(staging, job_id, cause, self.now)  # straight to dead/, saying what to fix
+            else:
+                _publish(self.folder, staging, job_id, checked, self.actions)
+        except MoveCollision:  # a job of this id is there already: this one must not stand beside it
+            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
+            self._quarantine(self.source.handle / taking, f"job {job_id} exists already")
+            return
+        files.unlink_if_there(taking, self.folder_fd)
 
-def _take_job(folder: QueueFolder, job_id: str, taking: str, submitted: float, now: float, actions: Actions) -> None:
-    incoming = folder.at(State.INCOMING)
-    try:
-        data, status = files.read_regular(taking, MAX_SPEC_BYTES, incoming.fd)
-    except OSError as exc:
-        folder.quarantine(incoming / taking, f"submission {job_id} cannot be read: {exc.strerror or exc}", now)
-        return
-    problem = _id_problem(folder, job_id, submitted)
-    if problem:
-        folder.quarantine(incoming / taking, problem, now)
-        return
-    checked = _checked(data, job_id, status.st_uid)
-    staging = folder.tmp / job_id
-    files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # ours, left by an interrupted take-in
-    folder.make_dir(staging)
-    created = checked.spec.created if checked.spec is not None and checked.spec.created else created_at(job_id)
-    with staging.open() as job:
-        folder.log_event(job, "enqueued", created)
-        folder.log_event(job, f"taken in from incoming/, submitted by {_user(status.st_uid)}", now)
-        folder.write_new(job / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
-    cause = checked.cause or _key_taken(folder, job_id, checked, actions)
-    try:
-        if cause is not None:
-            folder.bury(staging, job_id, cause, now)  # straight to dead/, saying what to fix (or who holds its key)
+    def _stage(self, job_id: str, checked: _Checked, data: bytes) -> Entry:
+        folder = self.folder
+        staging = folder.tmp / job_id
+        files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # ours, left by an interrupted take-in
+        folder.make_dir(staging)
+        created = checked.spec.created if checked.spec is not None and checked.spec.created else created_at(job_id)
+        with staging.open() as job:
+            folder.log_event(job, "enqueued", created)
+            folder.log_event(job, f"taken in from incoming/, submitted by {_user(self.source.uid)}", self.now)
+            folder.write_new(job / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
+        return staging
+
+    def _id_problem(self, job_id: str, published: os.stat_result) -> str | None:
+        """Why this submission may not have its id: not dated ahead of its publication (an id
+        seen in the queue), or taken by another submission (see the module docstring). The
+        same submission, seen by two takers at once or taken in again after a crash, passes:
+        `taken/ID` names its file (and the rename to `.taking.` decides who takes it)."""
+        mark = f"{self.source.uid} {published.st_ino}\n".encode()
+        taken = self.folder.at(TAKEN)
+        if not taken.exists(job_id):
+            problem = _dated_problem(job_id, published) or self._exists(job_id)
+            if problem is not None:
+                return problem
+            if files.link_new(job_id, mark, durable=self.folder.durable, mode=self.folder.file_mode, dir_fd=taken.fd):
+                if self.folder.durable:
+                    taken.fsync()  # the id is this submission's before the job it names is published
+                return None
+        try:
+            earlier = files.read_limited(job_id, 64, taken.fd)
+        except OSError:
+            earlier = None
+        # Its file still stands, so no other file has its inode: the same submission, if the
+        # job is nowhere yet (a take-in that published it removed the file after).
+        found = self.places.locate_or_none(job_id)
+        same = earlier == mark and (found is None or found[0] is State.INCOMING)
+        return None if same else f"job {job_id} was submitted already"
+
+    def _exists(self, job_id: str) -> str | None:
+        for state in self.places.by_name(job_id):
+            return f"job {job_id} exists already (in {state.value}/)"
+        return None
+
+    def _parents_missing(self, job_id: str, spec: JobSpec) -> Cause | None:
+        if not spec.depends_on:
+            return None
+        try:
+            depends.check_parents(self.folder, job_id, spec.depends_on, self.places)
+        except InvalidJob as exc:
+            return fate.invalid(str(exc))
+        return None
+
+    def _key_taken(self, job_id: str, checked: _Checked) -> Cause | None:
+        """Take the submission's key in its submitter's own key space (it is staged: it counts
+        as live); why it is dead if a live job of the same submitter held the key first."""
+        key = checked.spec.key if checked.spec is not None else None
+        if key is None:
+            return None
+        holder = keys.reserve(self.folder, key, job_id, self.places.locate, self.source.uid)
+        return None if holder is None else fate.duplicate(key, holder)
+
+    # -- a request -------------------------------------------------------------------------------
+
+    def _take_request(self, job_id: str, action: str) -> bool:
+        taking = f"{TAKING}{self.name}"
+        try:
+            files.move(self.name, taking, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)
+        except (FileNotFoundError, MoveCollision):
+            return False  # another manager took it
+        requester = self.source.uid
+        refusal = _refusal(self.folder, job_id, requester, self.places)
+        if refusal is None:
+            try:
+                (self.actions.cancel if action == "cancel" else self.actions.retry)(job_id)
+                log.info("%s of job %s asked by %s: done", action, job_id, _user(requester))
+            except (JobNotFound, WrongState) as exc:
+                refusal = str(exc)
+        if refusal is not None:
+            self._quarantine(
+                self.source.handle / taking, f"{action} of job {job_id} by {_user(requester)} refused: {refusal}"
+            )
         else:
-            _publish(folder, staging, job_id, checked, actions)
-    except MoveCollision:  # a job of this id is there already: this one must not stand beside it
-        files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
-        folder.quarantine(incoming / taking, f"job {job_id} exists already", now)
-        return
-    files.unlink_if_there(taking, incoming.fd)
+            files.unlink_if_there(taking, self.folder_fd)
+        return True
+
+    # -- leftovers (the sweeper's) ------------------------------------------------------------------
+
+    def _finish_interrupted(self) -> bool:
+        """A take-in that stopped half way (its manager died): finish it once it is stale."""
+        try:
+            changed = self.source.handle.lstat(self.name).st_ctime
+        except FileNotFoundError:
+            return False
+        if self.now - changed < STALE_TAKING:
+            return False
+        original = self.name[len(TAKING) :]
+        job = _JOB_RE.match(original) or _REQUEST_RE.match(original)
+        if job is None:
+            self._quarantine(self.place, "not a submission")
+            return True
+        found = self.places.locate_or_none(job[1])
+        if _JOB_RE.match(original) is not None and found is not None and found[0] is not State.INCOMING:
+            files.unlink_if_there(self.name, self.folder_fd)  # taken in already; its manager died before this
+            return True
+        try:
+            files.move(self.name, original, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)  # take it in again
+        except MoveCollision:
+            self._quarantine(self.place, f"{original} was submitted twice")
+        return True
+
+    def _drop_abandoned(self) -> bool:
+        """A member's staging file whose writer died: remove it once it is old."""
+        try:
+            status = self.source.handle.lstat(self.name)
+        except FileNotFoundError:
+            return False
+        if self.now - status.st_mtime < TMP_AGE:
+            return False
+        files.unlink_if_there(self.name, self.folder_fd)  # the owner group may write the member's folder
+        return True
+
+    def _quarantine(self, place: Entry, why: str) -> None:
+        self.folder.quarantine(place, why, self.now)
 
 
-def _key_taken(folder: QueueFolder, job_id: str, checked: _Checked, actions: Actions) -> Cause | None:
-    """Take the submission's key (it is staged: it counts as live); why it is dead if a live
-    job held the key first (the member's own check, before submitting, lost a race)."""
-    key = checked.spec.key if checked.spec is not None else None
-    holder = None if key is None else keys.reserve(folder, key, job_id, actions.locate)
-    return None if holder is None or key is None else fate.duplicate(key, holder)
+def _file_problem(status: os.stat_result, uid: int) -> str | None:
+    """Why a submission file is not the member's own (None: it is)."""
+    if not stat.S_ISREG(status.st_mode):
+        return "not a file: a submission is one regular file, ID.json"
+    if status.st_uid != uid:
+        return f"it is not its folder's owner's own file (it belongs to uid {status.st_uid}, the folder to uid {uid})"
+    if status.st_nlink != 1:
+        return f"it has {status.st_nlink} names (a hard link): write each submission as a new file"
+    return None
+
+
+def _dated_problem(job_id: str, published: os.stat_result) -> str | None:
+    ahead = created_at(job_id) - published.st_ctime
+    if 0 < ahead <= MOST_AHEAD:
+        return None
+    return (
+        f"its id {job_id} is not dated ahead of its submission (by up to {MOST_AHEAD:.0f}s): ids of "
+        "members' submissions are dated after the moment they are published, so that no id already "
+        "in the queue can be submitted again (forkvisor submit does it; docs/FORMAT.md)"
+    )
+
+
+def forget_taken(folder: QueueFolder, now: float, budget: int = 10_000) -> int:
+    """Remove the `taken/` marks of ids dated over `TAKEN_KEPT` seconds before `now`: no new
+    submission can carry them any more. Return how many went."""
+    taken = folder.at(TAKEN)
+    gone = 0
+    for name in taken.names()[:budget]:
+        try:
+            old = created_at(name) < now - TAKEN_KEPT
+        except ValueError:
+            old = True  # not an id: nothing of ours
+        if old:
+            files.unlink_if_there(name, taken.fd)
+            gone += 1
+    return gone
 
 
 def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked, actions: Actions) -> None:
@@ -192,7 +597,7 @@ def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked
     due = fields.get("run_at")
     if spec.depends_on:
         actions.publish_waiting(staging, job_id, spec)
-    elif isinstance(due, int | float) and not isinstance(due, bool) and due > 0:
+    elif due is not None and due > 0:
         target = folder.at(State.SCHEDULED) / scheduled_name(job_id, spec.priority, min(due, LATEST_DUE))
         folder.move(staging, target)
     else:
@@ -206,7 +611,7 @@ class _Checked:
     """A submission, checked: its spec and the job.json the owner writes for it, or why it is dead."""
 
     spec: JobSpec | None = None
-    fields: dict[str, Any] | None = None
+    fields: dict[str, Any] | None = field(default=None)
     cause: Cause | None = None
 
 
@@ -214,57 +619,37 @@ def _checked(data: bytes, job_id: str, uid: int) -> _Checked:
     try:
         spec = JobSpec.from_json(data, job_id)
         fields = dict(document.parse(data, SPEC_FILE))
+        _check_run_at(fields.get("run_at"), spec)
     except InvalidJob as exc:
         return _Checked(cause=fate.invalid(str(exc)))
-    # Who submitted it comes from the file's owner, never from its text.
+    # Who submitted it comes from the folder it was in, never from its text.
     fields.update(id=job_id, submitted_by={"uid": uid, "user": _user(uid)})
     return _Checked(replace(spec, submitted_by=uid), fields)
 
 
-def _id_problem(folder: QueueFolder, job_id: str, published: float) -> str | None:
-    """Why a submitted id may not be taken in: a job of that id exists, or the id is not
-    fresh (a member must not reuse an old job's id to stand beside it)."""
-    if abs(created_at(job_id) - published) > FRESH_FOR:
-        return f"its id {job_id} was not made when it was submitted (make a fresh one: docs/FORMAT.md)"
-    for state in (State.DONE, State.DEAD):
-        if folder.at(state).exists(job_id):
-            return f"job {job_id} exists already (in {state.value}/)"
-    return None
+def _check_run_at(run_at: object, spec: JobSpec) -> None:
+    """A submission's due time: epoch seconds within the range a `scheduled/` name holds."""
+    if run_at is None:
+        return
+    if isinstance(run_at, bool) or not isinstance(run_at, int | float) or not 0 <= run_at <= LATEST_DUE:
+        raise InvalidJob(
+            f'job.json field "run_at" must be epoch seconds from 0 to {LATEST_DUE:.0f}, got {run_at!r:.40}'
+        )
+    if spec.depends_on:
+        raise InvalidJob('job.json: a job with "depends_on" starts when they are done: give it no "run_at"')
 
 
-def _take_request(folder: QueueFolder, name: str, job_id: str, action: str, now: float, actions: Actions) -> None:
-    incoming = folder.at(State.INCOMING)
-    taking = f"{TAKING}{name}"
-    try:
-        files.move(name, taking, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
-    except (FileNotFoundError, MoveCollision):
-        return  # another manager took it
-    requester = incoming.lstat(taking).st_uid
-    refusal = _refusal(folder, job_id, requester, actions)
-    if refusal is None:
-        try:
-            (actions.cancel if action == "cancel" else actions.retry)(job_id)
-            log.info("%s of job %s asked by %s: done", action, job_id, _user(requester))
-        except (JobNotFound, WrongState) as exc:
-            refusal = str(exc)
-    if refusal is not None:
-        why = f"{action} of job {job_id} by {_user(requester)} refused: {refusal}"
-        folder.quarantine(incoming / taking, why, now)
-    else:
-        files.unlink_if_there(taking, incoming.fd)
-
-
-def _refusal(folder: QueueFolder, job_id: str, requester: int, actions: Actions) -> str | None:
+def _refusal(folder: QueueFolder, job_id: str, requester: int, places: view.Places) -> str | None:
     """Why `requester` may not act on job ID, or None: the job's submitter may, so may the
     queue's owner and root."""
     if requester in (0, os.fstat(folder.root.fd).st_uid):
         return None
-    try:
-        state, place = actions.locate(job_id)
-    except JobNotFound as exc:
-        return str(exc)
-    # Not taken in yet: its submitter owns the file; taken in: the owner recorded who.
-    submitter = place.lstat().st_uid if state is State.INCOMING else submitted_by(place)
+    found = places.locate_or_none(job_id)
+    if found is None:
+        return f"there is no job {job_id} in {folder.path}"
+    state, place = found
+    # Not taken in yet: its folder's owner submitted it; taken in: the owner recorded who.
+    submitter = place.dir.lstat(place.name.split("/")[0]).st_uid if state is State.INCOMING else submitted_by(place)
     if submitter is None:
         return "it was not submitted through incoming/, so it is the owner's"
     if submitter != requester:
@@ -285,51 +670,63 @@ def submitted_by(place: Entry) -> int | None:
     return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
 
 
-def _finish_interrupted(folder: QueueFolder, name: str, now: float, actions: Actions) -> bool:
-    """A take-in that stopped half way (its manager died): finish it once it is stale."""
+# -- readers ---------------------------------------------------------------------------------
+
+
+def member_folders(folder: QueueFolder) -> list[Entry]:
+    """The member folders of `incoming/` this process may look into: all of them for the owner
+    (who may list incoming/), the caller's own otherwise (members cannot list it)."""
     incoming = folder.at(State.INCOMING)
     try:
-        changed = incoming.lstat(name).st_ctime
-    except FileNotFoundError:
-        return False
-    if now - changed < STALE_TAKING:
-        return False
-    original = name[len(TAKING) :]
-    job = _JOB_RE.match(original) or _REQUEST_RE.match(original)
-    if job is None:
-        folder.quarantine(incoming / name, "not a submission", now)
-        return True
-    try:
-        state, _ = actions.locate(job[1])
-    except JobNotFound:
-        state = State.INCOMING
-    # Published means in a state folder; the file being finished is itself "incoming".
-    published = _JOB_RE.match(original) is not None and state is not State.INCOMING
-    if published:
-        files.unlink_if_there(name, incoming.fd)  # taken in already; its manager died before this
-    else:
+        with incoming.scandir() as listed:
+            names = [entry.name for entry in listed if entry.is_dir(follow_symlinks=False)]
+    except OSError:  # a member: incoming/ may be entered, not listed (opened for search only)
+        uid = os.geteuid()
+        names = [name for name in [str(uid), *(f"{uid}.{n}" for n in range(1, 10))] if incoming.is_dir(name)]
+    return [incoming / name for name in sorted(names) if not name.startswith(".")]
+
+
+def submissions(folder: QueueFolder) -> Iterator[tuple[Entry, str]]:
+    """(place, job id) of every submission not taken in yet that this process may see."""
+    for member in member_folders(folder):
         try:
-            files.move(name, original, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)  # take it in again
-        except MoveCollision:
-            folder.quarantine(incoming / name, f"{original} was submitted twice", now)
-    return True
+            with member.open() as opened:
+                names = opened.names()
+        except OSError:
+            continue  # not ours to read, or gone
+        for name in sorted(names):
+            job_id = entry_id(name)
+            if job_id is not None:
+                yield member.dir / f"{member.name}/{name}", job_id
 
 
-def _drop_abandoned(folder: QueueFolder, name: str, now: float) -> bool:
-    """A member's staging file whose writer died: remove it once it is old."""
-    incoming = folder.at(State.INCOMING)
-    try:
-        status = incoming.lstat(name)
-    except FileNotFoundError:
-        return False
-    if now - status.st_mtime < TMP_AGE:
-        return False
-    files.unlink_if_there(name, incoming.fd)  # the owner of a sticky folder may
-    return True
+def pending_requests(folder: QueueFolder) -> int:
+    """How many requests (`ID.cancel`, `ID.retry`) wait in the members' folders this process may see."""
+    found = 0
+    for member in member_folders(folder):
+        try:
+            with member.open() as opened:
+                found += sum(1 for name in opened.names() if _REQUEST_RE.match(name))
+        except OSError:
+            continue
+    return found
+
+
+def find_submission(folder: QueueFolder, job_id: str) -> Entry | None:
+    """Where a submission of `job_id` waits (or is being taken in), if one does."""
+    for member in member_folders(folder):
+        for name in (f"{job_id}.json", f"{TAKING}{job_id}.json"):
+            place = member.dir / f"{member.name}/{name}"
+            try:
+                if stat.S_ISREG(place.lstat().st_mode):
+                    return place
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue
+    return None
 
 
 def entry_id(name: str) -> str | None:
-    """The job id an entry of `incoming/` submits (`ID.json`, or one being taken in), or None."""
+    """The job id an entry of a member's folder submits (`ID.json`, or one being taken in), or None."""
     if name.startswith(TAKING):
         name = name[len(TAKING) :]
     found = _JOB_RE.match(name)
@@ -348,4 +745,18 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-__all__ = ["Actions", "entry_id", "read_spec", "request", "submit", "submitted_by", "take_in"]
+__all__ = [
+    "Actions",
+    "Intake",
+    "entry_id",
+    "find_submission",
+    "forget_taken",
+    "member_folders",
+    "my_folder",
+    "pending_requests",
+    "read_spec",
+    "request",
+    "submissions",
+    "submit",
+    "submitted_by",
+]

@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob, InvalidJobId, UnsupportedFormat
 from jobs.retry import Backoff
-from jobs.units import bytes_of, epoch_of, seconds_of
+from jobs.units import LATEST_MOMENT, MAX_DURATION, MAX_SIZE, bytes_of, epoch_of, seconds_of
 
 SPEC_FORMAT = 1
 MAX_SPEC_BYTES = 1024 * 1024  # arguments are data for a call; bulk data goes by path (a parsed MiB is ~20 MiB)
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
-LATEST_DUE = 9_999_999_999.0  # 13 digits of milliseconds in scheduled/ names: the year 2286
+LATEST_DUE = LATEST_MOMENT  # 13 digits of milliseconds in scheduled/ names: the year 2286
+MAX_ATTEMPTS = 1_000_000  # past this, a retry policy means "for ever", which is a bug to find, not to run
+MAX_FUNCTION = 500  # characters of a function's name (a module path and a name)
 if TYPE_CHECKING:
     from jobs.policy import Policy  # which imports this module
 
@@ -120,7 +122,9 @@ def ready_name(job_id: str, priority: int) -> str:
 
 
 def scheduled_name(job_id: str, priority: int, due: float) -> str:
-    return f"{max(0, math.ceil(due * 1000)):013d}.{100 - priority:03d}.{job_id}"
+    """The entry of a job due at `due`; a due time past `LATEST_DUE` waits until then (the
+    checks before keep it from happening: a longer name would not be read as a job's)."""
+    return f"{max(0, math.ceil(min(due, LATEST_DUE) * 1000)):013d}.{100 - priority:03d}.{job_id}"
 
 
 def parse_ready_name(name: str) -> tuple[str, int] | None:
@@ -180,9 +184,9 @@ class JobOptions:
                     "(a tenacity wait can be given to @registry.job(backoff=...))"
                 )
             self._normalise("backoff", str(Backoff.parse(str(self.backoff))))
-        _check_positive_int("max_attempts", self.max_attempts)
-        _check_limit("timeout", self.timeout)
-        _check_limit("memory_limit", self.memory_limit)
+        _check_positive_int("max_attempts", self.max_attempts, MAX_ATTEMPTS)
+        _check_limit("timeout", self.timeout, MAX_DURATION, "100 years")
+        _check_limit("memory_limit", self.memory_limit, MAX_SIZE, f"{MAX_SIZE} bytes")
         if self.priority is not None:
             check_priority(self.priority)
         if self.metadata is not None and not isinstance(self.metadata, Mapping):
@@ -368,6 +372,13 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
     )
     if not fields["function"]:
         raise InvalidJob('job.json field "function" is empty: name the registered function to run')
+    if len(fields["function"]) > MAX_FUNCTION:
+        raise InvalidJob(f'job.json field "function" must be a name of 1 to {MAX_FUNCTION} characters')
+    if not 0 <= fields.get("created", 0) <= LATEST_DUE:
+        raise InvalidJob(
+            f'job.json field "created" must be epoch seconds from 0 to {LATEST_DUE:.0f}, '
+            f"got {_short(fields['created'])}"
+        )
     if fields.get("key") is not None:
         check_key(fields["key"])  # a hand-written job.json gets the check an enqueue gets
     if document.get("depends_on") is not None:
@@ -389,7 +400,7 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
 def _submitter_uid(recorded: Any) -> int:
     """The uid in a `"submitted_by": {"uid": N, ...}` that a take-in wrote."""
     uid = recorded.get("uid") if isinstance(recorded, dict) else None
-    if isinstance(uid, bool) or not isinstance(uid, int) or uid < 0:
+    if isinstance(uid, bool) or not isinstance(uid, int) or not 0 <= uid < 2**32:
         raise InvalidJob(f'job.json field "submitted_by" must be {{"uid": N, ...}}, got {recorded!r:.60}')
     return uid
 
@@ -398,21 +409,27 @@ def _check_number(name: str, value: object) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidJob(f"{name} must be a finite number of seconds, got {value!r}")
+        raise InvalidJob(f"{name} must be a finite number, got {_short(value)}")
 
 
-def _check_limit(name: str, value: float | None) -> None:
-    """A timeout or a memory limit: positive, or 0 for "no limit"."""
+def _check_limit(name: str, value: float | None, most: float, shown: str) -> None:
+    """A timeout or a memory limit: positive up to `most`, or 0 for "no limit"."""
     _check_number(name, value)
-    if value is not None and value < 0:
-        raise InvalidJob(f"{name} must be positive (or 0 for no limit), got {value!r}")
+    if value is not None and not 0 <= value <= most:
+        raise InvalidJob(f"{name} must be positive (or 0 for no limit), got {_short(value)}; at most {shown}")
 
 
-def _check_positive_int(name: str, value: object) -> None:
+def _check_positive_int(name: str, value: object, most: int) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidJob(f"{name} must be a whole number of at least 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InvalidJob(f"{name} must be a whole number of at least 1, got {_short(value)}; at most {most}")
+
+
+def _short(value: object) -> str:
+    """A value in a message, cut (a member's number may have 4,000 digits)."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,13 @@ class KeyTaken(WrongState):
         self.job_id = job_id
 
 
-def folder_name(key: str) -> str:
+def folder_name(key: str, submitter: int | None = None) -> str:
     """The key's folder in `keys/`: the key, with each character outside [A-Za-z0-9_.:@+=,-]
     (and a leading dot) written as %XX of its UTF-8 bytes; past 200 characters, its first
-    160, `~` and 40 hex digits of the key's SHA-256."""
+    160, `~` and 40 hex digits of the key's SHA-256. A member's key (`submitter`: their uid)
+    is in the member's own key space: `~UID~` and the rest (no escaped key starts with `~`)."""
+    if submitter is not None:
+        return f"~{submitter}~{folder_name(key)}"
     escaped = "".join(ch if _SAFE.fullmatch(ch) else "".join(f"%{b:02X}" for b in ch.encode()) for ch in key)
     escaped = "%2E" + escaped[1:] if escaped.startswith(".") else escaped
     if len(escaped) > _LONGEST:  # past a file name's 255 bytes: a readable start and a digest (~ is escaped in keys)
@@ -62,11 +65,14 @@ def folder_name(key: str) -> str:
     return escaped
 
 
-def reserve(folder: QueueFolder, key: str, job_id: str, locate: Locate) -> str | None:
+def reserve(folder: QueueFolder, key: str, job_id: str, locate: Locate, submitter: int | None = None) -> str | None:
     """Take `key` for `job_id` (staged under `tmp/` or about to be taken in); None once it
-    is taken, else the id of the live job that holds it."""
+    is taken, else the id of the live job that holds it. Keys are per submitter: the
+    owner's jobs share one key space, each member has their own (`submitter`: their uid),
+    so that no member can take a key first and be handed the owner's or another member's
+    submissions of it."""
     keys = folder.at(KEYS)
-    name = folder_name(check_key(key))
+    name = folder_name(check_key(key), submitter)
     for _ in range(_TRIES):
         try:
             with keys.sub(name) as generations:
@@ -84,10 +90,11 @@ def reserve(folder: QueueFolder, key: str, job_id: str, locate: Locate) -> str |
     raise JobsError(f"could not take key {key!r} after {_TRIES} tries: other submitters keep taking it")
 
 
-def holder(folder: QueueFolder, key: str, locate: Locate) -> str | None:
-    """The live job that holds `key`, or None (what a member of a shared queue can see)."""
+def holder(folder: QueueFolder, key: str, locate: Locate, submitter: int | None = None) -> str | None:
+    """The live job that holds `key` in `submitter`'s key space, or None (what a member of
+    a shared queue can see)."""
     try:
-        with folder.at(KEYS).sub(folder_name(check_key(key))) as generations:
+        with folder.at(KEYS).sub(folder_name(check_key(key), submitter)) as generations:
             found, _ = _top(folder, generations)
     except (FileNotFoundError, JobsError):
         return None

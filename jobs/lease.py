@@ -28,7 +28,11 @@ from jobs.errors import InvalidJob
 
 OWNER_FILE = ".owner.json"
 FUNCTIONS_FILE = ".functions.json"
-SKIPPED_FILES = {"claims": ".skipped-claims.json", "sweep": ".skipped-sweep.json"}  # what it could not handle
+SKIPPED_FILES = {  # what it could not handle, by whom
+    "claims": ".skipped-claims.json",
+    "sweep": ".skipped-sweep.json",
+    "take-in": ".skipped-take-in.json",
+}
 OWNER_FILES = (OWNER_FILE, FUNCTIONS_FILE, *SKIPPED_FILES.values())  # an owner folder's own files, beside its jobs
 REAPING_PREFIX = "reaping."
 DEFAULT_LEASE = BUILT_IN["lease"]  # for owners that do not say; a manager always gives its own

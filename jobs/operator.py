@@ -47,7 +47,10 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
     with place.open() as job:
         spec = folder.read_spec(job, job_id)
         locate = functools.partial(view.locate, folder)
-        if spec.key is not None and (holder := keys.reserve(folder, spec.key, job_id, locate)) is not None:
+        if (
+            spec.key is not None
+            and (holder := keys.reserve(folder, spec.key, job_id, locate, spec.submitted_by)) is not None
+        ):
             raise WrongState(
                 f"cannot retry job {job_id}: its key {spec.key!r} is held by job {holder}, which is not finished"
             )

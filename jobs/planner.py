@@ -60,6 +60,7 @@ class Planner:
         self._next: dict[str, float] = {}  # no tick of a schedule is due before this (epoch)
         self._offset: float | None = None  # wall clock minus monotonic clock at the last pass
         self.bad: dict[str, str] = {}
+        self._tick_secret: bytes | None = None
 
     def fire(self, now: float, monotonic: float) -> tuple[int, float | None]:
         """Fire every tick due at `now` (wall clock); return how many jobs this enqueued,
@@ -124,7 +125,7 @@ class Planner:
         return fired
 
     def _fire_tick(self, marks: Dir, schedule: Schedule, tick: float, now: float) -> int:
-        job_id = ticks.tick_job_id(schedule.name, tick)
+        job_id = ticks.tick_job_id(schedule.name, tick, self._secret())
         if any(handled >= int(tick) for handled in ticks.marker_ticks(marks)):
             return 0  # this tick, or a newer one, was handled by another firer
         metadata = {**(schedule.options.metadata or {}), "schedule": schedule.name, "tick": int(tick)}
@@ -133,6 +134,11 @@ class Planner:
             log.info("schedule %s: tick %s enqueued job %s", schedule.name, ticks.iso(tick), job_id)
             return 1
         return 0
+
+    def _secret(self) -> bytes:
+        if self._tick_secret is None:
+            self._tick_secret = ticks.secret(self._folder)
+        return self._tick_secret
 
     def _first_sight(self, marks: Dir, schedule: Schedule, now: float) -> Handled:
         newest = next(schedule.timing.back(now), 0.0)

@@ -20,18 +20,20 @@ document in its place.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 from jobs import document, files
 from jobs.claim import Claim
 from jobs.errors import InvalidJob
 from jobs.handles import open_below
+from jobs.units import LATEST_MOMENT
 
 RESULT_FILE = "result.json"
 ERROR_FILE = "error.json"
 PID_FILE = "pid"
 PROGRESS_FILE = "progress.json"  # what the job says of its progress (`jobs.current().progress`)
 MAX_PROGRESS_BYTES = 4096
+MAX_MESSAGE = 500  # characters of a progress message kept
 OUTPUT_FILES = ("stdout", "stderr")
 MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
@@ -84,15 +86,26 @@ def has_result(run: int) -> bool:
     return True
 
 
+ERROR_FIELDS = {"type": 200, "message": 10_000, "traceback": MAX_ERROR_BYTES}  # and the characters each keeps
+
+
 def read_error(run: int) -> dict[str, Any] | None:
-    """The error the child recorded; None if it recorded none."""
+    """The error the child recorded (its type, message and traceback, as text of bounded
+    length); None if it recorded none. The job wrote it, so anything else is dropped, and
+    what is not text says so: whatever it holds, it reaches the job's record as text."""
     try:
         error = document.read(ERROR_FILE, MAX_ERROR_BYTES, ERROR_FILE, run)
     except FileNotFoundError:
         return None
     except InvalidJob as exc:
         return {"type": "unreadable", "message": str(exc)}
-    return error if isinstance(error, dict) else {"message": repr(error)[:1000]}
+    if not isinstance(error, dict):
+        return {"type": "unreadable", "message": f"error.json holds {type(error).__name__}, not an object"}
+    return {key: _text(error[key], most) for key, most in ERROR_FIELDS.items() if key in error}
+
+
+def _text(value: object, most: int) -> str:
+    return value[:most] if isinstance(value, str) else f"unreadable: {type(value).__name__}, not text"
 
 
 def tail(run: int, name: str, size: int) -> str:
@@ -117,18 +130,46 @@ def write_progress(run: int, data: bytes) -> None:
 
 
 def read_progress(run: int) -> dict[str, Any] | None:
-    """The run's last progress record; None if it wrote none (or not one we can read)."""
+    """The run's last progress record, as `jobs.current().progress` writes it; None if it
+    wrote none, `{"unreadable": why}` if what stands there is not one (the job wrote it)."""
     try:
         found = document.read(PROGRESS_FILE, MAX_PROGRESS_BYTES, PROGRESS_FILE, run)
-    except (FileNotFoundError, InvalidJob):
+        return checked_progress(found)
+    except FileNotFoundError:
         return None
-    return found if isinstance(found, dict) else None
+    except InvalidJob as exc:
+        return {"unreadable": str(exc)}
+
+
+def checked_progress(found: Any) -> dict[str, Any]:
+    """A progress record's fields, each what `Current.progress` writes; InvalidJob naming the first that is not."""
+    if not isinstance(found, dict):
+        raise InvalidJob(f"progress.json holds {type(found).__name__}, not an object")
+    done, total, message, at = (found.get(key) for key in ("done", "total", "message", "at"))
+    if not _number(done) or done < 0:
+        raise InvalidJob(f'progress.json field "done" must be a number, 0 or more, got {done!r:.40}')
+    if total is not None and (not _number(total) or total <= 0):
+        raise InvalidJob(f'progress.json field "total" must be a number above 0 or null, got {total!r:.40}')
+    if not isinstance(message, str | None):
+        raise InvalidJob(f'progress.json field "message" must be text, got {type(message).__name__}')
+    if at is not None and (not _number(at) or not 0 <= at <= LATEST_MOMENT):
+        raise InvalidJob(f'progress.json field "at" must be epoch seconds, got {at!r:.40}')
+    return {"done": done, "total": total, "message": (message or "")[:MAX_MESSAGE], "at": at}
+
+
+def _number(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+PID_MAX = 1 << 22  # the kernel's largest pid_max
 
 
 def read_pid(run: int) -> tuple[int, float] | None:
-    """The child's pid and when it wrote it; None if not written yet, or not a pid file."""
+    """The child's pid and when it wrote it; None if not written yet, or not a pid file (a
+    job run as its submitter owns its run's folder, so anything may stand there)."""
     try:
         data, status = files.read_regular(PID_FILE, 32, run)
-        return int(data), status.st_mtime
+        pid = int(data)
     except (OSError, ValueError):
         return None
+    return (pid, status.st_mtime) if 1 < pid <= PID_MAX else None

@@ -73,6 +73,7 @@ class Queue:
         self._index = ReadyIndex(lambda: folder.at(State.READY).scandir())
         self._publisher = Publisher(folder, self._index.add)  # its own entries: not a watcher's news
         self._claimer = Claimer(folder, self._index)
+        self._intake = incoming.Intake(folder)
         self.last_sweep_skips = sweep.Skips()  # what the last sweep of this object skipped
 
     @property
@@ -101,6 +102,11 @@ class Queue:
     def set_group(self, gid: int) -> None:
         """Give a shared queue to group `gid` (its owner only)."""
         self.folder.set_group(gid)
+
+    def set_owner_group(self, gid: int) -> None:
+        """Give a shared queue's `incoming/` the group `gid`, which only its owner may be in:
+        members' submission folders inherit it, so that only the owner's managers may empty them."""
+        self.folder.set_owner_group(gid)
 
     def tighten(self) -> list[str]:
         """Make the queue's modes what its kind needs (a queue made by an earlier forkvisor, or by
@@ -286,21 +292,42 @@ class Queue:
         self._index.rescan()
         return self._index.holds_names
 
-    def take_in(self, now: float | None = None, budget: int = 64, leftovers: bool = False) -> int:
-        """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`);
-        return how many entries were handled. The queue's owner (its managers) does this;
-        `leftovers`: also finish interrupted take-ins (the sweeper's chore)."""
+    def take_in(
+        self, now: float | None = None, budget: int = 64, leftovers: bool = False, seconds: float | None = None
+    ) -> int:
+        """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`),
+        at most `budget` of them in at most `seconds`; return how many were handled. The
+        queue's owner (its managers) does this; `leftovers`: also finish interrupted take-ins
+        (the sweeper's chore)."""
         now = _now(now)
         actions = incoming.Actions(
             cancel=self.cancel,
             retry=self.retry,
-            locate=lambda job_id: view.locate(self.folder, job_id),
             on_ready=self._index.add,
             publish_waiting=lambda staging, job_id, spec: self._publisher.publish_waiting(
                 staging, job_id, spec.depends_on, now
             ),
         )
-        return incoming.take_in(self.folder, now, actions, budget, leftovers)
+        return self._intake.take_in(now, actions, budget, seconds, leftovers)
+
+    def member_folders(self) -> list[Path]:
+        """The members' submission folders of `incoming/` this process may look into (to watch)."""
+        return [Path(place.path) for place in incoming.member_folders(self.folder)]
+
+    def pending_requests(self) -> int:
+        """How many members' requests (cancel, retry) wait to be taken in."""
+        return incoming.pending_requests(self.folder)
+
+    @property
+    def more_to_take_in(self) -> bool:
+        """The last take-in stopped at its budget or its time: call again soon."""
+        return self._intake.more
+
+    @property
+    def intake_skipped(self) -> tuple[dict[str, str], int]:
+        """What this queue object's take-ins set aside (folders and entries of incoming/ they
+        cannot use), the first ones with why, and how many."""
+        return dict(self._intake.skipped), self._intake.skipped_count
 
     def ask(self, job_id: str, action: str, why: str = "") -> None:
         """As a member of a shared queue, ask its managers to `cancel` or `retry` one of your

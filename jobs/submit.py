@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,10 +76,10 @@ class Publisher:
         if job.depends_on:  # a typo would wait for ever
             depends.check_parents(self._folder, job.id, job.depends_on)
         if self._via_incoming:
-            if job.key is not None and (held := keys.holder(self._folder, job.key, self._locate)) is not None:
+            mine = os.geteuid()  # a member's keys are in their own key space (`jobs.keys`)
+            if job.key is not None and (held := keys.holder(self._folder, job.key, self._locate, mine)) is not None:
                 return _taken(job, held)  # (a managers' take-in checks the key again: see jobs.incoming)
-            self._submit_incoming(job)
-            return job.id
+            return self._submit_incoming(call, now)
         staging = self._stage(job, now, sync=self._folder.durable)
         if job.key is not None and (held := self._reserve(job, job.key, staging)) is not None:
             return _taken(job, held)
@@ -144,15 +145,14 @@ class Publisher:
         Every spec is checked before anything is written. Publishing is not atomic
         as a whole: if it fails part way, the jobs already published stay published.
         """
+        calls = list(calls)
         built = [self._build(call, now) for call in calls]
         if any(job.key is not None or job.depends_on for job in built):
             raise InvalidJob(
                 "enqueue_many takes no keys or depends_on: enqueue each such job with enqueue() (or use chain, fan_in)"
             )
         if self._via_incoming:
-            for job in built:
-                self._submit_incoming(job)
-            return [job.id for job in built]
+            return [self._submit_incoming(call, now) for call in calls]
         staged: list[Entry] = []
         try:
             for job in built:
@@ -209,9 +209,12 @@ class Publisher:
             job_id, priority, data, due, options.key, options.if_key_taken, tuple(options.depends_on or ())
         )
 
-    def _submit_incoming(self, job: _Submission) -> None:
+    def _submit_incoming(self, call: Call, now: float) -> str:
+        """Submit as a member: the id is chosen as the file is written (`incoming.submit`)."""
         try:
-            incoming.submit(self._folder, job.id, job.data, durable=self._folder.durable)
+            return incoming.submit(
+                self._folder, lambda job_id: self._build(call, now, job_id).data, durable=self._folder.durable
+            )
         except OSError as exc:
             raise storage_error(exc, "submit to", self._folder.path) from exc
 

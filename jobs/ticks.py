@@ -1,12 +1,18 @@
 """Firing periodic jobs: one job per schedule and tick, whatever the number of managers.
 
 Every manager's sweeper fires the schedules it knows (the queue's, and those its
-registry declares). A tick's job has an id derived from (schedule, tick), and a tick
-is taken once with a link that never replaces:
+registry declares). A tick's job has an id derived from (schedule, tick) and a secret
+only the queue's owner may read, and a tick is taken once with a link that never
+replaces:
 
+    ticks/.secret              32 random bytes (hex), mode 0600: made by the first firer
     ticks/NAME/TTTTTTTTTT      a handled tick (epoch seconds): names the job it enqueued,
                                or "-" (handled without a job: skipped, paused, first seen)
     ticks/NAME/.declared.json  a schedule declared in Python: what it says (for `schedule list`)
+
+Without the secret, every future tick's id could be told from the schedule's name, and a
+member of a shared queue could submit it first and hold the tick back (their ids are dated
+ahead of their submission, so a future tick's would pass: `jobs.incoming`).
 
 Firing one tick (`planner.Planner`):
 1. stage the job as `tmp/ID` with mkdir, which only one firer can do at a time;
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import stat
 from collections.abc import Callable
@@ -44,12 +51,37 @@ STALE = 60.0  # a tick's job still in tmp/ this long after its tick was taken: i
 _MARKER = re.compile(r"^\d{10}$")
 
 
-def tick_job_id(name: str, tick: float) -> str:
-    """The id of the job of `name`'s tick: the tick's UTC time, then 52 bits of the name's
-    digest (in the microseconds and the hex part): two schedules meet on one id once in 2**52."""
-    digest = hashlib.sha256(name.encode()).hexdigest()
+SECRET = ".secret"
+
+
+def tick_job_id(name: str, tick: float, secret: bytes = b"") -> str:
+    """The id of the job of `name`'s tick: the tick's UTC time, then 52 bits of a digest of
+    the queue's secret and the name (in the microseconds and the hex part): two schedules
+    meet on one id once in 2**52, and nobody without the secret can tell it in advance.
+    (Without a secret: the ids of the ticks fired before there was one.)"""
+    digest = hashlib.sha256(secret + name.encode()).hexdigest()
     stamp = datetime.fromtimestamp(int(tick), UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{int(digest[8:13], 16) % 1_000_000:06d}-{digest[:8]}"
+
+
+def secret(folder: QueueFolder) -> bytes:
+    """The queue's tick secret, made by the first firer that needs it (readable by the owner only)."""
+    ticks = folder.at(TICKS)
+    try:
+        return _read_secret(ticks)
+    except FileNotFoundError:
+        made = os.urandom(32).hex().encode() + b"\n"
+        files.link_new(SECRET, made, durable=folder.durable, mode=0o600, dir_fd=ticks.fd)  # one firer's wins
+        if folder.durable:
+            ticks.fsync()
+        return _read_secret(ticks)
+
+
+def _read_secret(ticks: Dir) -> bytes:
+    data, status = files.read_regular(SECRET, 128, ticks.fd)
+    if stat.S_IMODE(status.st_mode) & 0o077 or status.st_uid != os.fstat(ticks.fd).st_uid:
+        raise JobsError(f"{ticks.path}/{SECRET} may be read by others, or is not the owner's: remove it")
+    return data.strip()
 
 
 def marker_name(tick: float) -> str:
@@ -124,7 +156,9 @@ def publish_abandoned(folder: QueueFolder, name: str, now: float, on_ready: Call
     except (OSError, JobsError):
         return False  # not a tick's job: the usual rule for what is left in tmp/ applies
     schedule, tick = spec.metadata.get("schedule"), spec.metadata.get("tick")
-    if not isinstance(schedule, str) or not isinstance(tick, int) or tick_job_id(schedule, tick) != name:
+    if not isinstance(schedule, str) or not isinstance(tick, int):
+        return False
+    if name not in (tick_job_id(schedule, tick, secret(folder)), tick_job_id(schedule, tick)):  # (or from before)
         return False
     try:
         with folder.at(TICKS).sub(schedules.check_name(schedule)) as ticks:

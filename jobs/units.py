@@ -5,6 +5,12 @@
     moments    epoch seconds, or an aware `datetime` from Python
 
 Units of durations are lowercase: `5M` is refused, since M means MiB in sizes.
+
+Every value is bounded, whoever wrote it (a member's submission, a job's record, the
+command line): a duration is at most `MAX_DURATION`, a size at most `MAX_SIZE`, a moment
+lies between the epoch and `LATEST_MOMENT`. A value past them is refused with words, not
+carried into arithmetic that overflows later (a backoff of a billion billion days once
+sent a retried job out of the state folders: its due time no longer fit a name).
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmg]?)(?:i?b)?", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+MAX_DURATION = 100 * 365 * 86400.0  # a century: longer than any timeout, delay or backoff means a typo
+MAX_SIZE = 2**62  # bytes: past any machine's memory, within a signed 64-bit limit
+LATEST_MOMENT = 9_999_999_999.0  # epoch seconds in 13 digits of milliseconds (scheduled/ names): the year 2286
 DURATION_HELP = "write seconds (90) or a number with a unit (500ms, 30s, 5m, 2h, 7d, 1w, 1h30m)"
 
 
@@ -37,6 +46,13 @@ def parse_duration(text: str) -> float:
         seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{text!r} is not a duration: it must be a finite number of seconds, at least 0")
+    return checked_duration(seconds, repr(text))
+
+
+def checked_duration(seconds: float, shown: str) -> float:
+    """`seconds`, if it is at most `MAX_DURATION`; ValueError saying so (`shown` is the value as written)."""
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{shown} is too long a duration: at most 100 years ({MAX_DURATION:.0f} seconds)")
     return seconds
 
 
@@ -56,7 +72,14 @@ def parse_size(text: str) -> int:
     match = _SIZE.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not a size: write bytes or 100k, 512M, 2G")
-    return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
+    return checked_size(int(float(match[1]) * _SIZE_UNITS[match[2].lower()]), repr(text))
+
+
+def checked_size(size: int, shown: str) -> int:
+    """`size`, if it is 0 to `MAX_SIZE` bytes; ValueError saying so."""
+    if not 0 <= size <= MAX_SIZE:
+        raise ValueError(f"{shown} is not a size a machine has: 0 to {MAX_SIZE} bytes")
+    return size
 
 
 def format_size(size: int | None) -> str:
@@ -75,23 +98,28 @@ def seconds_of(value: object, name: str) -> float | None:
     Raises ValueError naming `name`."""
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
     if isinstance(value, str):
         try:
             return parse_duration(value)
         except ValueError as exc:
             raise ValueError(f"{name} {exc}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
         raise ValueError(
             f"{name} must be a finite number of seconds, a duration such as '5m', or a timedelta, got {value!r}"
         )
-    return float(value)
+    if abs(seconds) > MAX_DURATION:
+        raise ValueError(f"{name} of {seconds:g} seconds is too long: at most 100 years ({MAX_DURATION:.0f} seconds)")
+    return float(seconds)
 
 
 def bytes_of(value: object, name: str) -> int | None:
     """A size given from Python (whole bytes, or text such as '512M'); None stays None."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > MAX_SIZE:
+            raise ValueError(f"{name} of {value} bytes is not a size a machine has: at most {MAX_SIZE}")
         return value
     if isinstance(value, str):
         try:
@@ -109,9 +137,14 @@ def epoch_of(value: object, name: str) -> float | None:
                 f"{name}={value!r} has no time zone, so it could mean any of 24 hours: "
                 "pass an aware datetime (datetime.now(UTC) + timedelta(...)) or epoch seconds"
             )
-        return value.timestamp()
+        value = value.timestamp()
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{name} must be epoch seconds or an aware datetime, got {value!r}")
+    if not 0 <= value <= LATEST_MOMENT:
+        raise ValueError(
+            f"{name}={value:g} is not a moment forkvisor keeps (0 to {LATEST_MOMENT:.0f}, the year 2286): "
+            "give epoch seconds, not milliseconds"
+        )
     return float(value)

@@ -23,6 +23,8 @@ from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
 from jobs.handles import Dir, Entry
 from jobs.job import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
     Job,
     JobSpec,
     Run,
@@ -63,7 +65,11 @@ def owner_dirs(folder: QueueFolder) -> Iterator[Entry]:
 
 
 def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Entry, str]]:
-    """(place, job id) of every well-formed job directory in one state."""
+    """(place, job id) of every well-formed job directory in one state (and of every
+    submission this process may see, for INCOMING)."""
+    if state is State.INCOMING:
+        yield from incoming.submissions(folder)
+        return
     if state is not State.CLAIMED:
         yield from entries_in(folder.at(state), state)
         return
@@ -74,7 +80,7 @@ def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Entry, str]]:
 def first_entries(folder: QueueFolder, state: State, after: str | None, count: int) -> list[tuple[Entry, str]]:
     """The `count` first entries of one state in name order, from the one named after `after`:
     one pass over the names, holding only `count` of them (a page of a million-job folder)."""
-    if state is State.CLAIMED:  # spread over the owners' folders, each small
+    if state in (State.CLAIMED, State.INCOMING):  # spread over the owners' (members') folders, each small
         found = (entry for entry in entries(folder, state) if after is None or entry[0].name > after)
         return heapq.nsmallest(count, found, key=lambda entry: entry[0].name)
     parent = folder.at(state)
@@ -130,6 +136,7 @@ def _is_submission(entry: os.DirEntry[str]) -> bool:
 
 
 LOCATE_PASSES = 3
+PRIORITIES = range(MIN_PRIORITY, MAX_PRIORITY + 1)
 
 
 def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
@@ -141,7 +148,7 @@ def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
     """
     check_job_id(job_id)
     for _ in range(LOCATE_PASSES):
-        found = _look_once(folder, job_id)
+        found = Places(folder).locate_or_none(job_id)
         if found is not None:
             return found
     raise JobNotFound(
@@ -149,34 +156,88 @@ def locate(folder: QueueFolder, job_id: str) -> tuple[State, Entry]:
     )
 
 
-def _look_once(folder: QueueFolder, job_id: str) -> tuple[State, Entry] | None:
-    for state in (State.DONE, State.DEAD, State.WAITING):
-        if folder.at(state).is_dir(job_id):
-            return state, folder.at(state) / job_id
-    ready = folder.at(State.READY)
-    if ready.is_dir(ready_name(job_id, 0)):
-        return State.READY, ready / ready_name(job_id, 0)
-    for owner in owner_dirs(folder):
-        place = owner.dir / f"{owner.name}/{job_id}"
-        if place.is_dir():
-            return State.CLAIMED, place
-    for state in (State.READY, State.SCHEDULED):
-        for place, found in entries(folder, state):
-            if found == job_id:
-                return state, place
-    # Last: a published place wins over a take-in's leftover file of the same job.
-    submissions = folder.at(State.INCOMING)
-    for name in (f"{job_id}.json", f"{incoming.TAKING}{job_id}.json"):  # a member's, not taken in yet
-        if _is_file(submissions, name):
-            return State.INCOMING, submissions / name
-    return None
+class Places:
+    """Where jobs are, for the look-ups of one turn (a take-in, a sweep's repair of
+    dependencies), at a cost that does not grow with the queue for each job:
+
+    - a job is looked for first by the names its id gives: done/ID, dead/ID, waiting/ID,
+      claimed/OWNER/ID, ready/RRR.ID for each priority (the usual one first);
+    - `scheduled/`, whose names begin with a due time no id tells, is listed at most once
+      per Places, and only when a job was found nowhere else; so is `ready/`, instead of
+      probing each priority, once it holds fewer entries than the probes would cost.
+
+    A job that moves while it is looked for may be missed (`locate` looks again); what a
+    Places listed stays as it was for its life, so it lives for one turn."""
+
+    def __init__(self, folder: QueueFolder) -> None:
+        self.folder = folder
+        self._owners: list[Entry] | None = None
+        self._listed: dict[State, dict[str, str]] = {}  # state -> job id -> entry name
+        self._probes = 0  # ready/ names probed so far (to decide when a listing is cheaper)
+
+    def by_name(self, job_id: str) -> dict[State, Entry]:
+        """Where `job_id` is found by the names its id gives (no listing of a folder)."""
+        folder, found = self.folder, {}
+        for state in (State.DONE, State.DEAD, State.WAITING):
+            if folder.at(state).is_dir(job_id):
+                found[state] = folder.at(state) / job_id
+        ready = self._in_ready(job_id)
+        if ready is not None:
+            found[State.READY] = folder.at(State.READY) / ready
+        for owner in self._owner_dirs():
+            place = owner.dir / f"{owner.name}/{job_id}"
+            if place.is_dir():
+                found[State.CLAIMED] = place
+                break
+        return found
+
+    def locate_or_none(self, job_id: str) -> tuple[State, Entry] | None:
+        """Where `job_id` is (one place), or None if nowhere."""
+        for state, place in self.by_name(job_id).items():
+            return state, place
+        name = self._listing(State.SCHEDULED).get(job_id)
+        if name is not None:
+            return State.SCHEDULED, self.folder.at(State.SCHEDULED) / name
+        submission = incoming.find_submission(self.folder, job_id)  # last: a published place wins over a leftover
+        return None if submission is None else (State.INCOMING, submission)
+
+    def locate(self, job_id: str) -> tuple[State, Entry]:
+        """`locate_or_none`, raising JobNotFound for nowhere (as `view.locate`, in one pass)."""
+        found = self.locate_or_none(check_job_id(job_id))
+        if found is None:
+            raise JobNotFound(f"no job {job_id} in queue {self.folder.path}")
+        return found
+
+    def _in_ready(self, job_id: str) -> str | None:
+        ready = self.folder.at(State.READY)
+        if State.READY in self._listed:
+            return self._listed[State.READY].get(job_id)
+        if ready.is_dir(usual := ready_name(job_id, 0)):
+            return usual
+        if self._probes > _folder_size(ready):
+            return self._listing(State.READY).get(job_id)
+        self._probes += len(PRIORITIES)
+        for priority in PRIORITIES:
+            if priority and ready.is_dir(name := ready_name(job_id, priority)):
+                return name
+        return None
+
+    def _listing(self, state: State) -> dict[str, str]:
+        if state not in self._listed:
+            self._listed[state] = {job_id: place.name for place, job_id in entries_in(self.folder.at(state), state)}
+        return self._listed[state]
+
+    def _owner_dirs(self) -> list[Entry]:
+        if self._owners is None:
+            self._owners = list(owner_dirs(self.folder))
+        return self._owners
 
 
-def _is_file(folder: Dir, name: str) -> bool:
-    try:
-        return stat.S_ISREG(folder.lstat(name).st_mode)
-    except FileNotFoundError:
-        return False
+def _folder_size(folder: Dir) -> int:
+    """How many folders `folder` holds, from its link count (a large number where the file
+    system keeps none: then probing is always the cheaper)."""
+    links = os.fstat(folder.fd).st_nlink
+    return links - 2 if links >= 2 else 1 << 62
 
 
 def read_job(folder: QueueFolder, state: State, place: Entry) -> Job:
@@ -244,7 +305,7 @@ def _attempts(job: Dir, path: Path) -> tuple[Run, ...]:
         name = f"attempt-{number}"
         try:
             with job.sub(name) as run:
-                outcome = _read_json(run, OUTCOME_FILE, 1 << 20)
+                outcome = _read_owners_json(run, OUTCOME_FILE, os.fstat(job.fd).st_uid)
         except (FileNotFoundError, NotADirectoryError):
             continue  # removed meanwhile
         found.append(Run(number, path / name, outcome))
@@ -271,6 +332,23 @@ def last_attempt(job: Dir) -> int:
     return max(_attempt_numbers(job), default=0)
 
 
+def _read_owners_json(folder: Dir, name: str, owner: int, limit: int = 1 << 20) -> Any:
+    """`_read_json` of a file the manager writes into a run's folder (`outcome.json`): one
+    that another user wrote (a job run as its submitter owns its run's folder) is not it."""
+    try:
+        data, status = files.read_regular(name, limit, folder.fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return {"unreadable": f"cannot read {name}: {exc.strerror or exc}"}
+    if status.st_uid != owner:
+        return {"unreadable": f"{name} was not written by the queue's owner (uid {status.st_uid} wrote it)"}
+    try:
+        return document.parse(data, name)
+    except InvalidJob as exc:
+        return {"unreadable": str(exc)}
+
+
 def _read_json(folder: Dir, name: str, limit: int) -> Any:
     try:
         return document.read(name, limit, name, folder.fd)
@@ -284,7 +362,7 @@ def count(folder: QueueFolder) -> dict[str, int]:
     """Number of jobs in each state, by state name."""
     counts = {state.value: _count_subdirs(folder.at(state)) for state in State if state is not State.CLAIMED}
     counts[State.CLAIMED.value] = _count_claimed(folder)
-    counts[State.INCOMING.value] = sum(1 for _ in entries_in(folder.at(State.INCOMING), State.INCOMING))
+    counts[State.INCOMING.value] = sum(1 for _ in incoming.submissions(folder))
     return {state.value: counts[state.value] for state in State}
 
 

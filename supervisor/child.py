@@ -25,7 +25,7 @@ from typing import TextIO
 
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
-from supervisor.privileges import Identity, become_in_child, clean_environment, hand_over
+from supervisor.privileges import Identity, become_in_child, hand_over
 from supervisor.titles import Role, set_title
 
 EXIT_COMMAND_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a command it cannot run
@@ -69,8 +69,7 @@ def run_command(claim: Claim, command: Command, file_mode: int = 0o600, identity
             signal.signal(signum, signal.SIG_DFL)  # Python ignores these; the program must not inherit that
         if command.cwd is not None:
             _enter(command.cwd)
-        base = dict(os.environ) if identity is None else clean_environment(identity)
-        os.execvpe(command.argv[0], command.argv, {**base, **command.env})
+        os.execvpe(command.argv[0], command.argv, {**os.environ, **command.env})  # (a submitter's: clean already)
     except CannotRun as exc:
         return _failed(run, exc, EXIT_CANNOT_EXEC, file_mode)
     except OSError as exc:
@@ -114,10 +113,12 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | Non
         run_folder.write_pid(run, file_mode)
     except OSError:
         pass  # only `forkvisor status` reads it; the job runs anyway
+    environ = os.environ
     if identity is not None:
         hand_over(run, (*run_folder.OUTPUT_FILES, run_folder.PID_FILE), identity)
         become_in_child(identity)  # before any of the job's code runs
-    environ = os.environ
+        environ.clear()  # the manager's environment is not the submitter's to read
+        environ.update(identity.start)
     for name, value in job_environment(claim).items():  # (update() goes through Mapping's generic code)
         environ[name] = value
     return run

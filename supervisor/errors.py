@@ -15,7 +15,12 @@ class ConfigError(SupervisorError, ValueError):
     """A manager setting is out of range or contradicts another."""
 
 
-class NoSuchUser(SupervisorError):
+class CannotRunAs(SupervisorError):
+    """A job cannot run as the user it is for (`--run-as-submitter`): unknown here, or root
+    where its queue does not allow it."""
+
+
+class NoSuchUser(CannotRunAs):
     """A job is to run as a user this host does not know (`--run-as-submitter`)."""
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from jobs import COMMAND, Claim, Command, JobsError, Queue, Registry, UnknownCallable
+from jobs import COMMAND, Claim, Command, JobsError, Queue, Registry, UnknownCallable, owner_group_members
 from supervisor import forking, privileges
 from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
-from supervisor.errors import ConfigError, NoSuchUser
+from supervisor.errors import CannotRunAs, ConfigError
 from supervisor.outcomes import Outcomes, describe, job_fields
 from supervisor.spawner import RunGone, Spawner
 
@@ -35,10 +35,12 @@ class Launcher:
         index: int = 0,
         label: str = "",
         spawner: Spawner | None = None,
+        pass_env: Sequence[str] = (),
     ) -> None:
         """`index`: the queue's place in its manager's order (its children are counted by it);
         `label` names it in log lines where the manager serves several; `spawner`, if given,
-        starts command jobs without a fork."""
+        starts command jobs without a fork; `pass_env`: variables of the manager's that jobs
+        run as their submitters get (they get none of the others)."""
         self.queue = queue
         self.index = index
         self.label = label
@@ -46,14 +48,15 @@ class Launcher:
         self.commands = commands
         self.run_as_submitter = run_as_submitter
         self.spawner = spawner
-        self._identities = privileges.Identities()
+        passed = {name: os.environ[name] for name in pass_env if name in os.environ}
+        self._identities = privileges.Identities(passed)
 
     def launch(self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int]) -> None:
         """Start the job's child; a job that cannot start here is dead, one the host cannot
         start a process for goes back (its attempt not counted)."""
         try:
             create = self.creator(claim, close_fds)
-        except (JobsError, NoSuchUser) as exc:  # unknown function, malformed command, no such submitter
+        except (JobsError, CannotRunAs) as exc:  # unknown function, malformed command, no such submitter
             outcomes.unstarted(claim, exc)
             return
         try:
@@ -78,7 +81,7 @@ class Launcher:
             log.info("%s started as pid %d", describe(claim, self.label), pid, extra={"fields": fields})
 
     def creator(self, claim: Claim, close_fds: list[int]) -> Callable[[], int]:
-        """What starts the job's child and returns its pid; JobsError (or NoSuchUser) if the
+        """What starts the job's child and returns its pid; JobsError (or CannotRunAs) if the
         job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
         body: Callable[[], int]
@@ -110,14 +113,31 @@ class Launcher:
         the owner's own jobs the queue's owner (None: as this manager)."""
         if not self.run_as_submitter:
             return None
-        uid = claim.spec.submitted_by
-        return self._identities.of(self.queue.owner_uid if uid is None else uid)
+        uid = self.queue.owner_uid if claim.spec.submitted_by is None else claim.spec.submitted_by
+        if uid == 0 and not self.queue.settings["root_jobs"]:
+            raise CannotRunAs(
+                "it would run as root (its submitter is uid 0), which this queue does not allow: the "
+                "owner allows it with `forkvisor config QUEUE root_jobs yes`, then `forkvisor retry`s it"
+            )
+        return self._identities.of(uid)
 
 
-def check_root(run_as_submitter: bool) -> None:
-    """--run-as-submitter needs root: only root can become each job's submitter."""
+def check_root(run_as_submitter: bool, members_as_root: bool, queues: Sequence[Queue]) -> None:
+    """--run-as-submitter needs root: only root can become each job's submitter. And root
+    runs the jobs of a shared queue's members as root only when told so."""
     if run_as_submitter and os.geteuid() != 0:
         raise ConfigError(
             f"--run-as-submitter needs a manager started as root (this is uid {os.geteuid()}): "
             "only root can become each job's submitter"
         )
+    if os.geteuid() != 0 or run_as_submitter or members_as_root:
+        return
+    for queue in queues:
+        members = owner_group_members(os.stat(queue.path).st_gid, 0, every_user=True) if queue.shared else []
+        if members:
+            raise ConfigError(
+                f"this manager runs as root, so the jobs the members of {queue.path} submit ({', '.join(members[:3])}"
+                f"{' and others' if len(members) > 3 else ''}) would run as root: start it with --run-as-submitter "
+                "(each job as its submitter), or --user OWNER (as the queue's owner), or --members-as-root if "
+                "running them as root is what you mean"
+            )

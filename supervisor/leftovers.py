@@ -51,8 +51,8 @@ class Leftovers:
         try:
             counts = self.queue.counts()
             claimable = counts["ready"] and not paused.all and self.queue.has_claimable()
-            if counts["claimed"] or counts["incoming"] or claimable:
-                return False  # (members' submissions are taken in first: they may be this manager's to run)
+            if counts["claimed"] or counts["incoming"] or claimable or self.queue.pending_requests():
+                return False  # (members' submissions and requests are taken in first: they may be this one's)
             if not counts["scheduled"]:
                 return True
             self.scheduled = self.queue.scheduled_after(time.time() + self.horizon)

@@ -29,13 +29,14 @@ tick by tick. The manager stays single-threaded: forking a threaded process is u
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Mapping, Sequence
 from enum import Enum
 
 from jobs import Owner, Queue, Registry
-from supervisor import forking, logfiles
+from supervisor import forking, logfiles, privileges
 from supervisor.budget import Budget
 from supervisor.children import Children
 from supervisor.errors import Stalled
@@ -85,7 +86,8 @@ class Manager:
         opened = open_queues(queues)
         self.registry = registry if registry is not None else Registry()
         self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # what was given, checked
-        check_root(options.run_as_submitter)
+        check_root(options.run_as_submitter, options.members_as_root, opened)
+        privileges.forget_own_variables(os.environ)  # read by now; no job inherits them
         caps = queue_caps(opened, queue_concurrency or {})
         own = [for_queue(queue, settings) for queue in opened]  # each queue's settings
         spawner = Spawner.find() if any(each.commands for each in own) else None

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field, replace
 
 from supervisor.errors import ConfigError, NoSuchUser
 
@@ -56,6 +57,7 @@ class Identity:
     home: str
     shell: str
     groups: tuple[int, ...]
+    start: Mapping[str, str] = field(default_factory=dict)  # the whole environment its jobs start from
 
     @property
     def environment(self) -> dict[str, str]:
@@ -63,10 +65,12 @@ class Identity:
 
 
 class Identities:
-    """Users by uid, each looked up at most once a minute."""
+    """Users by uid, each looked up at most once a minute; `passed`: the manager's variables
+    their jobs get too (`--pass-env`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, passed: Mapping[str, str] | None = None) -> None:
         self._known: dict[int, tuple[float, Identity]] = {}
+        self._passed = dict(passed or {})
 
     def of(self, uid: int) -> Identity:
         """The user with `uid`; NoSuchUser if this host has none."""
@@ -80,6 +84,7 @@ class Identities:
             raise NoSuchUser(f"its submitter, uid {uid}, is not a user of this host") from None
         groups = tuple(os.getgrouplist(user.pw_name, user.pw_gid))
         identity = Identity(uid, user.pw_gid, user.pw_name, user.pw_dir, user.pw_shell or "/bin/sh", groups)
+        identity = replace(identity, start=clean_environment(identity, self._passed))
         self._known[uid] = (now, identity)
         return identity
 
@@ -105,9 +110,18 @@ def become_in_child(identity: Identity) -> None:
     os.environ.update(identity.environment)
 
 
-def clean_environment(identity: Identity) -> dict[str, str]:
-    """What a command job running as its submitter starts from: not the manager's environment
-    (a service's secrets), only the submitter's own names, a safe PATH and the locale."""
+def clean_environment(identity: Identity, passed: Mapping[str, str]) -> dict[str, str]:
+    """What a job running as its submitter starts from, Python or command: not the manager's
+    environment (a service's secrets: a job run as its submitter is that user's to read),
+    only the submitter's own names, a safe PATH, the locale and what the manager was told
+    to pass (`--pass-env`)."""
     kept = {name: os.environ[name] for name in KEPT_VARIABLES if name in os.environ}
-    forkvisor = {name: value for name, value in os.environ.items() if name.startswith("FORKVISOR_")}
-    return {"PATH": SAFE_PATH, **kept, **identity.environment, **forkvisor}
+    return {"PATH": SAFE_PATH, **kept, **passed, **identity.environment}
+
+
+def forget_own_variables(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Take the manager's own FORKVISOR_* variables (its options, a token) out of its
+    environment, once they are read, so that no job inherits them: each job gets the
+    FORKVISOR_* of its run, and nothing else of ours. Return what was taken."""
+    ours = [name for name in environ if name.startswith("FORKVISOR_")]
+    return {name: environ.pop(name) for name in ours}

@@ -29,6 +29,7 @@ from supervisor.wakeups import News
 
 log = logging.getLogger(__name__)
 TAKE_IN_PER_TURN = 64
+TAKE_IN_SECONDS = 0.05  # a turn's take-in stops after this: the children, signals and heartbeat come first
 STATS_EVERY = 5.0  # seconds between two writes of the counters (when they changed)
 
 
@@ -61,7 +62,9 @@ class Served:
         self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share)
         self.stats = queue.stats_file("manager")  # what `forkvisor metrics` and the web page count
         self.outcomes = Outcomes(queue, self.health, self.stats.tally, label)
-        self.launcher = Launcher(queue, registry, settings.commands, settings.run_as_submitter, index, label, spawner)
+        self.launcher = Launcher(
+            queue, registry, settings.commands, settings.run_as_submitter, index, label, spawner, settings.pass_env
+        )
         self.sweeper = sweeper.SweeperChild(
             queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
         )
@@ -110,12 +113,13 @@ class Served:
         if not self.take_in_due or draining:
             return
         try:
-            handled = self.queue.take_in(budget=TAKE_IN_PER_TURN)
+            self.queue.take_in(budget=TAKE_IN_PER_TURN, seconds=TAKE_IN_SECONDS)
         except (OSError, JobsError) as exc:
             self.health.failed(exc)
             log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
-            handled = 0
-        self.take_in_due = handled >= TAKE_IN_PER_TURN  # more may wait: again next turn, at once
+        self.take_in_due = self.queue.more_to_take_in  # more may wait: again next turn, at once
+        skipped, count = self.queue.intake_skipped
+        self.tenancy.record_skips(skipped, "take-in", count)
 
     def _reload_settings(self) -> None:
         """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""

@@ -35,6 +35,8 @@ class Settings:
     max_jobs: int | None = None  # drain and exit 0 once this many jobs were started
     max_runtime: float | None = None  # drain and exit 0 after serving this long
     run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
+    pass_env: tuple[str, ...] = ()  # with run_as_submitter: the manager's variables its jobs get too
+    members_as_root: bool = False  # as root, on a shared queue without run_as_submitter: said on purpose
 
     def __post_init__(self) -> None:
         if not self.sweep_interval:

@@ -29,7 +29,7 @@ class Tenancy:
         self.owner: Owner | None = None
         self.registered = False
         self.next_heartbeat = 0.0
-        self._skips_recorded: dict[str, str] = {}  # the unclaimable entries the owner folder lists
+        self._skips_recorded: dict[str, dict[str, str]] = {}  # by source: what the owner folder lists
 
     @property
     def name(self) -> str:
@@ -94,13 +94,14 @@ class Tenancy:
             log.error("cannot renew the lease of %s: %s", self.name, exc)
         return True
 
-    def record_skips(self, unclaimable: Mapping[str, str]) -> None:
-        """Keep what this manager skips (ready/ entries it cannot claim) where `status` reads it."""
-        if unclaimable == self._skips_recorded or not self.registered:
+    def record_skips(self, skipped: Mapping[str, str], source: str = "claims", count: int | None = None) -> None:
+        """Keep what this manager skips where `status` reads it: ready/ entries it cannot claim
+        ("claims"), folders and entries of incoming/ it cannot take in ("take-in")."""
+        if skipped == self._skips_recorded.get(source, {}) or not self.registered:
             return
         try:
-            self.queue.record_skipped(self.name, "claims", unclaimable)
-            self._skips_recorded = dict(unclaimable)
+            self.queue.record_skipped(self.name, source, skipped, count)
+            self._skips_recorded[source] = dict(skipped)
         except (OSError, JobsError) as exc:
             log.warning("cannot record the entries this manager skips: %s", exc)
 

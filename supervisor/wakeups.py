@@ -17,12 +17,14 @@ import selectors
 import signal
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from jobs import DRAIN_FILE, PAUSE_FILE, Queue, State
 from supervisor.signals import SignalPipe
 from supervisor.watch import Watch, open_watch
 
 log = logging.getLogger(__name__)
+MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
 
 
 class News:
@@ -74,6 +76,19 @@ class QueueWatch:
         """Start watching; inotify may be missing (the poll covers it)."""
         queue = self.queue
         self.watch = open_watch([queue.state_path(State.READY), queue.path, queue.state_path(State.INCOMING)])
+        for member in queue.member_folders():
+            self._watch_member(member)
+
+    def _watch_member(self, folder: Path) -> None:
+        """Watch a member's submission folder too (what they submit lands there, not in
+        incoming/ itself), up to `MEMBER_WATCHES`: past them, or where the folder cannot be
+        watched, the poll finds their submissions."""
+        if self.watch is None or self.watch.watched >= MEMBER_WATCHES:
+            return
+        try:
+            self.watch.add(folder)
+        except OSError:
+            pass  # not a folder (a member's stray file), or no watch left: the poll covers it
 
     def read(self) -> None:
         """Take in what inotify saw since the last read."""
@@ -89,6 +104,9 @@ class QueueWatch:
             elif folder == ready:
                 names.append(name)
             elif folder == incoming:
+                found.incoming = True
+                self._watch_member(incoming / name)
+            elif folder.parent == incoming:
                 found.incoming = True
             elif name == DRAIN_FILE:
                 found.drain = found.drain or self.drain_requested()

@@ -20,6 +20,8 @@ _IN_CLOEXEC = os.O_CLOEXEC
 IN_CREATE = 0x100
 IN_MOVED_TO = 0x80
 IN_Q_OVERFLOW = 0x4000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000
 _HEADER = struct.Struct("iIII")
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -32,13 +34,26 @@ class Watch:
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self._folders: dict[int, Path] = {}
-        for folder in folders:
-            wd = _libc.inotify_add_watch(self.fd, os.fsencode(folder), IN_CREATE | IN_MOVED_TO)
-            if wd < 0:
-                err = ctypes.get_errno()
-                os.close(self.fd)
-                raise OSError(err, f"cannot watch {folder}: {os.strerror(err)}")
-            self._folders[wd] = folder
+        try:
+            for folder in folders:
+                self.add(folder)
+        except OSError:
+            os.close(self.fd)
+            raise
+
+    def add(self, folder: Path) -> None:
+        """Watch one more folder (never through a link standing at its name)."""
+        wd = _libc.inotify_add_watch(
+            self.fd, os.fsencode(folder), IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW
+        )
+        if wd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"cannot watch {folder}: {os.strerror(err)}")
+        self._folders[wd] = folder
+
+    @property
+    def watched(self) -> int:
+        return len(self._folders)
 
     def read(self) -> Iterator[tuple[Path | None, str]]:
         """(folder, name) of each new entry; (None, "") when events were lost."""

@@ -170,6 +170,12 @@ def whoami() -> dict[str, Any]:
     }
 
 
+@registry.job(name="sample.environment")
+def environment() -> dict[str, str]:
+    """What the job's process finds in its environment."""
+    return dict(os.environ)
+
+
 @registry.job(name="sample.swap_own_run", max_attempts=1)
 def swap_own_run(victim: str) -> str:
     """A hostile job: it puts a link to `victim` in the place of its own run folder (moving the

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import argparse
 import grp
+import pwd
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from jobs import QUEUE_SETTINGS, InvalidJobId, JobsError, Queue, State, check_setting, format_duration, format_size
+from jobs import (
+    QUEUE_SETTINGS,
+    InvalidJobId,
+    JobsError,
+    Queue,
+    State,
+    check_setting,
+    format_duration,
+    format_size,
+    owner_group_members,
+)
 from supervisor.cli.common import (
     EXIT_JOB_DEAD,
     EXIT_NOT_FOUND,
@@ -42,6 +53,11 @@ def add_commands(commands: Commands[Parser]) -> None:
         "--shared", action="store_true", help="members of the queue's group may submit and read (docs/SECURITY.md)"
     )
     init.add_argument("--group", metavar="GROUP", help="with --shared: the queue's group (default: the folder's)")
+    init.add_argument(
+        "--owner-group",
+        metavar="GROUP",
+        help="with --shared: the group of incoming/, one only the owner is in (default: the owner's own group)",
+    )
     init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it or its function says (3)")
     init.add_argument("--timeout", help="a job's timeout unless it or its function says: 30s, 5m, none (none)")
     init.add_argument("--memory-limit", help="a job's RSS limit unless it or its function says: 512M, none (none)")
@@ -97,11 +113,11 @@ def add_commands(commands: Commands[Parser]) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    changes = {key: getattr(args, key) for key in SETTINGS if getattr(args, key) is not None}
+    changes = {key: getattr(args, key, None) for key in SETTINGS if getattr(args, key, None) is not None}
     for key, value in changes.items():
         check_setting(key, value)  # before anything is created
-    if args.group and not args.shared:
-        raise UsageError("--group names the group of a shared queue: use it with --shared")
+    if (args.group or args.owner_group) and not args.shared:
+        raise UsageError("--group and --owner-group name the groups of a shared queue: use them with --shared")
     gid = _group_id(args.group) if args.group else None
     queue = Queue(args.queue, create=True, shared=args.shared)
     if args.shared and not queue.shared:
@@ -113,12 +129,30 @@ def _init(args: argparse.Namespace) -> int:
         raise UsageError(f"{queue.path} belongs to another user: only its owner can set it up")
     if gid is not None:
         queue.set_group(gid)
+    if queue.shared:
+        queue.set_owner_group(_owner_group(queue, args.owner_group))
     for change in queue.tighten():  # a queue made by an earlier forkvisor, or by hand
         print(f"forkvisor: tightened {change}", file=sys.stderr)
     if changes:
         queue.configure(**changes)
     print(queue.path)
     return 0
+
+
+def _owner_group(queue: Queue, name: str | None) -> int:
+    """The group for a shared queue's incoming/: one only its owner is in (docs/SECURITY.md)."""
+    owner = queue.owner_uid
+    gid = _group_id(name) if name else pwd.getpwuid(owner).pw_gid
+    shown = grp.getgrgid(gid).gr_name
+    fix = (
+        "members' submission folders would be writable by them, so a submission could not say who made it; "
+        f"give --owner-group a group only the owner is in (groupadd fvq-{pwd.getpwuid(owner).pw_name}; "
+        "usermod -aG it the owner)"
+    )
+    others = owner_group_members(gid, owner, every_user=True)
+    if others:
+        raise UsageError(f"group {shown} has members besides the owner ({', '.join(others[:5])}): {fix}")
+    return gid
 
 
 def _group_id(name: str) -> int:
@@ -148,6 +182,8 @@ def _config(args: argparse.Namespace) -> int:
 
 
 def _shown(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if key == "memory_limit":
         return format_size(value)
     if key in ("max_attempts", "backoff"):

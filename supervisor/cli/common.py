@@ -292,6 +292,8 @@ def progress_share(progress: dict[str, Any]) -> float | None:
 
 def progress_text(progress: dict[str, Any] | None, now: float) -> str:
     """`3/10 (30%) resized a.png, 2s ago` from a progress record ("" for none)."""
+    if progress and isinstance(unreadable := progress.get("unreadable"), str):
+        return f"progress unreadable: {unreadable}"
     if not progress or not _number(done := progress.get("done")):
         return ""
     text = f"{done:g}"

@@ -86,6 +86,18 @@ def _add_run(commands: Commands[Parser]) -> None:
         action="store_true",
         help="as root, on a queue of root's: run each job as the member who submitted it (as at and Slurm do)",
     )
+    run.add_argument(
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --run-as-submitter: jobs get this variable of the manager's too (repeatable; by default none)",
+    )
+    run.add_argument(
+        "--members-as-root",
+        action="store_true",
+        help="as root, on a shared queue, without --run-as-submitter: run members' jobs as root, on purpose",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -102,6 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     timing = (option[2:].replace("-", "_") for option in TIMING)
     given = {name: getattr(args, name) for name in ("concurrency", "max_jobs", *timing)}
     given.update(commands=args.commands, run_as_submitter=args.run_as_submitter or None)
+    given.update(pass_env=tuple(args.pass_env) or None, members_as_root=args.members_as_root or None)
     settings = {name: value for name, value in given.items() if value is not None}
     manager = Manager(queues, registry, queue_concurrency=dict(args.queue_concurrency), **settings)
     return manager.run(burst=args.burst)

@@ -31,6 +31,7 @@ DEFAULTS = {
     "backoff": "exponential 1s 5m",
     "lease": 30.0,
     "retention": None,
+    "root_jobs": False,
 }
 
 
@@ -55,6 +56,7 @@ def test_init_creates_a_queue_and_config_shows_the_defaults(tmp_path: Path) -> N
         "backoff       exponential 1s 5m  (default)",
         "lease         30s                (default)",
         "retention     none               (default)",
+        "root_jobs     no                 (default)",
     ]
     assert ok("config", queue, "--json").json() == DEFAULTS
     assert ok("config", queue, "lease", "--json").json() == {"lease": 30.0}
@@ -75,8 +77,8 @@ def test_init_options_are_stored_in_queue_json(tmp_path: Path) -> None:
         "retention": 7 * 86400.0,
     }
     assert marker(queue)["defaults"] == expected
-    assert ok("config", queue, "--json").json() == expected
-    assert [line.split()[1] for line in ok("config", queue).lines] == ["2", "90s", "1G", "fixed", "4s", "7d"]
+    assert ok("config", queue, "--json").json() == {**expected, "root_jobs": False}
+    assert [line.split()[1] for line in ok("config", queue).lines] == ["2", "90s", "1G", "fixed", "4s", "7d", "no"]
 
     # init on an existing queue changes only the settings it names, and keeps the jobs
     job_id = submit(queue, "true")

@@ -23,7 +23,7 @@ from tests.processes import REPO, Processes, dump, forkvisor_command, wait_until
 
 PRIVATE = (0o700, 0o600)
 SHARED = (0o2750, 0o640)
-SHARED_FOLDERS = {"incoming": 0o3770}  # the one folder members write: sticky
+SHARED_FOLDERS = {"incoming": 0o3773}  # the one folder members write in (a folder each): sticky, setgid
 PLANTED = ("junk", "half-written")  # names the test itself plants: their modes are the test's
 
 
@@ -137,20 +137,22 @@ def test_the_drain_file_is_private(tmp_path: Path, umask: None) -> None:
 def test_a_group_member_submits_and_reads_results_in_a_shared_queue(
     procs: Processes, nobody: list[str], open_dir: Path
 ) -> None:
-    """nobody (group nogroup) enqueues (a file in incoming/: a member may write nothing else);
-    root's manager takes it in and runs it; nobody reads the result."""
+    """nobody (group nogroup) enqueues (a file in its folder of incoming/: a member may write
+    nothing else); root's manager, told to run members' jobs as root, takes it in and runs
+    it; nobody reads the result."""
     root = open_dir / "queue"
     root.mkdir()
     os.chown(root, 0, _gid("nogroup"))
     root.chmod(0o2750)  # the setgid bit hands the group down to everything created inside
     queue = Queue(root, shared=True)
+    queue.set_owner_group(0)  # incoming/ in a group of the owner's alone (as `forkvisor init --shared` does)
     script = "import sys; from jobs import Queue; print(Queue(sys.argv[1]).enqueue('fault.ok', 'shared'))"
     submitted = subprocess.run(
         [*nobody, sys.executable, "-c", script, str(root)], cwd=REPO, capture_output=True, text=True, timeout=30
     )
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
-    manager = start_manager(procs, queue)
+    manager = start_manager(procs, queue, members_as_root=True)
     wait_until(lambda: queue.job(job_id).state is State.DONE, 10, "root's manager ran nobody's job", manager=manager)
     manager.close()
     read = "import sys; from jobs import Queue; print(Queue(sys.argv[1]).job(sys.argv[2]).result)"
@@ -159,8 +161,11 @@ def test_a_group_member_submits_and_reads_results_in_a_shared_queue(
     )
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == "shared"
-    foreign = [path for path in root.rglob("*") if path.lstat().st_gid != _gid("nogroup")]
-    assert foreign == [], "files outside the queue's group"
+    incoming = root / "incoming"
+    foreign = [
+        path for path in root.rglob("*") if path.lstat().st_gid != _gid("nogroup") and incoming not in path.parents
+    ]
+    assert foreign == [incoming], "files outside the queue's group, but incoming/ (the owner group's)"
 
 
 def _gid(name: str) -> int:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobs import JobNotFound, Queue, Schedule, State, Timing
-from jobs.ticks import tick_job_id
+from jobs.ticks import secret, tick_job_id
 from tests.faults.conftest import cli_manager, faketime
 from tests.processes import Processes, forkvisor_command, wait_until
 
@@ -34,7 +34,7 @@ def test_a_daily_job_across_a_daylight_saving_change(
     prefix = faketime(f"@{start}")
     made = Timing(cron, "America/New_York")
     queue.add_schedule(Schedule(name="daily", timing=made, function="fault.ok", args=("x",), created=utc(start) - 60))
-    job_id = tick_job_id("daily", utc(tick))
+    job_id = tick_job_id("daily", utc(tick), secret(queue.folder))
     with cli_manager(procs, queue, "--app", "tests.faults.fault_jobs:registry", prefix=prefix):
         wait_until(lambda: _state(queue, job_id) is State.DONE, 20, f"the job of the {tick} tick ran")
         shown = subprocess.run(

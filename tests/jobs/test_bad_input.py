@@ -324,7 +324,7 @@ BAD_SPECS: list[Any] = [
     ),
     pytest.param(_spec({"function": "f", "backoff": "soon"}), r"backoff 'soon' is not one", id="backoff"),
     pytest.param(_spec({"function": "f", "backoff": 5}), r'field "backoff" must be str or null', id="backoff-int"),
-    pytest.param(_spec(b'{"function": "f", "timeout": NaN}'), r"timeout must be a finite number", id="nan"),
+    pytest.param(_spec(b'{"function": "f", "timeout": NaN}'), r"timeout is nan, and numbers must be finite", id="nan"),
     pytest.param(_spec({"function": "f", "priority": 500}), r"priority 500 is out of range", id="priority"),
     pytest.param(_spec({"function": "f", "metadata": [1]}), r'field "metadata" must be dict', id="metadata"),
     pytest.param(_spec({"function": "f", "created": "now"}), r'field "created" must be int or float', id="created"),

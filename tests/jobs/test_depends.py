@@ -16,7 +16,7 @@ import pytest
 from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, depends, new_job_id
 from jobs import files as job_files
 from jobs.job import ready_name
-from tests.jobs.conftest import add
+from tests.jobs.conftest import Hand, add
 from tests.jobs_processes.invariants import check_invariants
 
 
@@ -134,6 +134,34 @@ def test_a_crash_between_a_parents_end_and_the_settling_is_repaired_by_a_sweep(q
     assert os.listdir(queue.path / "edges") == []
 
 
+def test_edges_of_a_parent_that_is_nowhere_are_cleared_by_a_sweep(queue: Queue) -> None:
+    """A parent found nowhere (purged, or from an older forkvisor's take-in, never a job):
+    its dependents are settled as for a purged parent and its edges go, instead of being
+    walked by every sweep for ever. A parent that is merely scheduled keeps its edges."""
+    live = queue.with_options(delay=3600).enqueue(add, 1, 1)  # in scheduled/: found only by a listing
+    waits_on_live = after(queue, live)
+    ghost = new_job_id(time.time() - 60)
+    waits_on_ghost = after(queue, live)
+    (queue.path / "edges" / ghost).mkdir()
+    (queue.path / "edges" / ghost / waits_on_ghost).write_text("")
+    queue.sweep(time.time(), lambda owner: None)
+    assert sorted(os.listdir(queue.path / "edges")) == [live], "the ghost's edges went, the live parent's stay"
+    assert sorted(os.listdir(queue.path / "edges" / live)) == sorted([waits_on_live, waits_on_ghost])
+    assert state(queue, waits_on_ghost) is State.WAITING, "it still waits for its live parent"
+
+
+def test_a_members_thousand_parents_that_do_not_exist_bury_it_at_take_in(queue: Queue, hand: Hand) -> None:
+    """One look per parent at the places its id names, one listing of scheduled/ for all of
+    them (each was once looked for by listings, three times: 110 s for a thousand)."""
+    ghosts = [new_job_id(time.time() - 3600 + n) for n in range(1000)]
+    job_id = hand.submission({"function": "tests.jobs.conftest.add", "args": [1, 2], "depends_on": ghosts})
+    assert queue.take_in() == 1
+    dead = queue.job(job_id)
+    assert dead.state is State.DEAD
+    assert f"there is no job {ghosts[0]}" in dead.error["message"]
+    assert os.listdir(queue.path / "edges") == [], "no edge was written for a parent that is not a job"
+
+
 def test_a_cancelled_waiting_job_is_dead_and_so_are_its_dependents_after_a_sweep(queue: Queue) -> None:
     parent = queue.enqueue(add, 1, 1)
     middle = after(queue, parent)
@@ -184,21 +212,19 @@ def test_a_job_written_into_ready_by_hand_with_dependencies_waits_for_them(queue
     assert os.listdir(queue.path / "edges" / blocker) == [second]
 
 
-def test_a_members_submission_with_dependencies_is_taken_in_to_wait(queue: Queue) -> None:
+def test_a_members_submission_with_dependencies_is_taken_in_to_wait(queue: Queue, hand: Hand) -> None:
     parent = queue.enqueue(add, 1, 1)
-    job_id = new_job_id()
     document = {"function": "tests.jobs.conftest.add", "args": [1, 2], "depends_on": [parent]}
-    (queue.path / "incoming" / f"{job_id}.json").write_text(json.dumps(document))
+    job_id = hand.submission(document)
     queue.take_in()
     assert state(queue, job_id) is State.WAITING
     finish(queue, parent)
     assert state(queue, job_id) is State.READY
 
 
-def test_a_job_that_names_itself_as_a_dependency_is_invalid(queue: Queue) -> None:
-    job_id = new_job_id()
-    document = {"function": "f", "depends_on": [job_id]}
-    (queue.path / "incoming" / f"{job_id}.json").write_text(json.dumps(document))
+def test_a_job_that_names_itself_as_a_dependency_is_invalid(queue: Queue, hand: Hand) -> None:
+    job_id = new_job_id(time.time() + 5)
+    hand.submission({"function": "f", "depends_on": [job_id]}, job_id)
     queue.take_in()
     dead = queue.job(job_id)
     assert dead.state is State.DEAD

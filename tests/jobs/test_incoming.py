@@ -1,12 +1,14 @@
 """Submissions through incoming/ (jobs/incoming.py), taken in by the queue's owner: each
-step, each refusal, and each way a take-in can be interrupted. (As other users, with real
-accounts: tests/security/test_members.py.)"""
+step, each refusal, and each way a take-in can be interrupted. Here the submitter is the
+test's own user, in its own folder incoming/UID/ (as other users, with real accounts:
+tests/security/test_members.py and test_identity.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,28 +19,52 @@ from jobs.job import ready_name
 from .conftest import Hand
 
 
-def _submit(queue: Queue, document: object, job_id: str | None = None) -> str:
-    job_id = job_id or new_job_id()
+def _submit(queue: Queue, document: object) -> str:
     data = document if isinstance(document, bytes) else json.dumps(document).encode()
-    submissions.submit(queue.folder, job_id, data, durable=False)
-    return job_id
+    return submissions.submit(queue.folder, lambda job_id: data, durable=False)
+
+
+def _mine(queue: Queue) -> Path:
+    return queue.path / "incoming" / str(os.geteuid())
+
+
+def _planted(queue: Queue, job_id: str, document: object) -> Path:
+    """A submission written by hand (as another language, or an attacker, would)."""
+    _mine(queue).mkdir(exist_ok=True)
+    path = _mine(queue) / f"{job_id}.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def _notes(queue: Queue) -> list[str]:
+    folder = queue.path / "quarantine"
+    return [(folder / name).read_text() for name in sorted(os.listdir(folder)) if name.endswith(".why")]
 
 
 def test_a_submission_is_taken_in_as_the_owners_job(queue: Queue, hand: Hand) -> None:
     job_id = _submit(queue, {"function": "sample.echo", "args": [1], "priority": 5})
+    assert os.listdir(queue.path / "incoming") == [str(os.geteuid())], "the submitter's own folder"
     assert queue.job(job_id).state is State.INCOMING
     assert queue.counts()["incoming"] == 1
     assert queue.take_in() == 1
     assert hand.names(State.READY) == [ready_name(job_id, 5)]
-    assert os.listdir(queue.path / "incoming") == []
+    assert os.listdir(_mine(queue)) == []
     spec = json.loads((queue.path / "ready" / ready_name(job_id, 5) / "job.json").read_text())
     assert spec["submitted_by"]["uid"] == os.getuid()
     events = (queue.path / "ready" / ready_name(job_id, 5) / "events").read_text()
     assert "enqueued" in events
     assert "taken in from incoming/, submitted by" in events
+    assert os.listdir(queue.path / "taken") == [job_id], "the id is taken: no second submission may carry it"
 
 
-def test_a_delayed_submission_is_scheduled(queue: Queue, hand: Hand) -> None:
+def test_a_members_id_is_dated_ahead_of_its_file(queue: Queue) -> None:
+    job_id = _submit(queue, {"function": "sample.echo"})
+    changed = (_mine(queue) / f"{job_id}.json").stat().st_ctime
+    ahead = submissions.created_at(job_id) - changed
+    assert 0 < ahead <= submissions.AHEAD
+
+
+def test_a_delayed_submission_is_scheduled(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 3600})
     queue.take_in()
     assert queue.job(job_id).state is State.SCHEDULED
@@ -54,40 +80,86 @@ def test_a_malformed_submission_becomes_a_dead_job_saying_why(queue: Queue) -> N
 
 
 @pytest.mark.parametrize(
-    ("how", "words"),
+    ("document", "words"),
     [
-        ("old id", "was not made when it was submitted"),
-        ("done id", "exists already (in done/)"),
+        (b'{"function": "sample.echo", "args": [NaN]}', "args[0] is nan, and numbers must be finite"),
+        (b'{"function": "sample.echo", "kwargs": {"x": Infinity}}', "kwargs.x is inf"),
+        (b'{"function": "sample.echo", "metadata": {"m": [1e400]}}', "metadata.m[0] is inf"),
+        (b'{"function": "sample.echo", "run_at": NaN}', "run_at is nan"),
+        (b'{"function": "sample.echo", "created": 1e20}', 'field "created" must be epoch seconds'),
+        (b'{"function": "sample.echo", "run_at": 1e20}', 'field "run_at" must be epoch seconds'),
+        (b'{"function": "sample.echo", "run_at": "soon"}', 'field "run_at" must be epoch seconds'),
+        (b'{"function": "sample.echo", "backoff": "fixed 99999999999999999999999d"}', "too long a duration"),
+        (b'{"function": "sample.echo", "timeout": 1e300}', "too long"),
+        (b'{"function": "sample.echo", "max_attempts": 1' + b"0" * 3000 + b"}", "max_attempts must be"),
+        (b'{"function": "sample.echo", "memory_limit": 1' + b"0" * 30 + b"}", "memory_limit"),
     ],
 )
-def test_an_id_that_is_not_fresh_or_is_taken_is_refused(queue: Queue, how: str, words: str) -> None:
-    if how == "old id":
-        job_id = new_job_id(time.time() - 7200)  # an id two hours older than its file
+def test_numbers_no_reader_survives_are_refused_naming_the_field(queue: Queue, document: bytes, words: str) -> None:
+    """Such numbers once crashed every manager of the queue at each take-in, in a loop."""
+    job_id = _submit(queue, document)
+    assert queue.take_in() == 1
+    job = queue.job(job_id)
+    assert job.state is State.DEAD
+    assert job.error is not None
+    assert words in job.error["message"]
+
+
+@pytest.mark.parametrize("how", ["dated before its file", "dated too far ahead", "done id"])
+def test_an_id_that_could_be_one_already_seen_is_refused(queue: Queue, how: str) -> None:
+    if how == "dated before its file":
+        job_id = new_job_id(time.time() - 5)  # an id made before its file: it may be one seen in the queue
+    elif how == "dated too far ahead":
+        job_id = new_job_id(time.time() + 2 * submissions.MOST_AHEAD)
     else:
         job_id = queue.enqueue("sample.echo")
         os.rename(queue.path / "ready" / ready_name(job_id, 0), queue.path / "done" / job_id)
-    _submit(queue, {"function": "sample.echo"}, job_id)
+    _planted(queue, job_id, {"function": "sample.echo"})
     queue.take_in()
-    notes = [n for n in os.listdir(queue.path / "quarantine") if n.endswith(".why")]
-    assert len(notes) == 1
-    assert words in (queue.path / "quarantine" / notes[0]).read_text()
+    [note] = _notes(queue)
+    assert "is not dated ahead of its submission" in note
+
+
+def test_an_id_is_taken_in_once_even_if_submitted_again(queue: Queue) -> None:
+    """Copied from a job just taken in (or the member's own again): `taken/ID` refuses it."""
+    job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 3600})
+    queue.take_in()
+    assert queue.job(job_id).state is State.SCHEDULED, "where only a listing would find it"
+    _planted(queue, job_id, {"function": "sample.echo"})
+    queue.take_in()
+    [note] = _notes(queue)
+    assert f"job {job_id} was submitted already" in note
+    assert queue.counts()["ready"] == 0
+
+
+def test_a_file_with_two_names_is_refused(queue: Queue) -> None:
+    job_id = _submit(queue, {"function": "sample.echo"})
+    os.link(_mine(queue) / f"{job_id}.json", queue.path / "elsewhere")
+    queue.take_in()
+    [note] = _notes(queue)
+    assert "has 2 names (a hard link)" in note
 
 
 def test_what_is_not_a_submission_is_quarantined(queue: Queue) -> None:
-    (queue.path / "incoming" / "notes.txt").write_text("hello")
-    (queue.path / "incoming" / "20261124-000000-000000-zzzzzzzz.json").write_text("{}")
+    _mine(queue).mkdir()
+    (_mine(queue) / "notes.txt").write_text("hello")
+    (_mine(queue) / "20261124-000000-000000-zzzzzzzz.json").write_text("{}")
+    (queue.path / "incoming" / "flat.json").write_text("{}")  # the layout before member folders
     assert queue.take_in() == 2
-    assert os.listdir(queue.path / "incoming") == []
-    assert len([n for n in os.listdir(queue.path / "quarantine") if n.endswith(".why")]) == 2
+    assert os.listdir(_mine(queue)) == []
+    assert os.listdir(queue.path / "incoming") == [_mine(queue).name]
+    notes = _notes(queue)
+    assert len(notes) == 3
+    assert any("cannot say who made it" in note for note in notes)
 
 
 def test_staging_files_never_slow_a_take_in(queue: Queue) -> None:
-    for n in range(5000):
-        (queue.path / "incoming" / f".half-written.{n}.tmp").write_text("")
     job_id = _submit(queue, {"function": "sample.echo"})
+    for n in range(5000):
+        (_mine(queue) / f".half-written.{n}.tmp").write_text("")
     assert queue.take_in(budget=1) == 1, "the submission, not the staging files, is what a take-in handles"
     assert queue.job(job_id).state is State.READY
-    assert len(os.listdir(queue.path / "incoming")) == 5000, "young staging files are left to their writers"
+    assert len(os.listdir(_mine(queue))) == 5000, "young staging files are left to their writers"
     later = time.time() + 7200
     assert queue.take_in(later, budget=10_000, leftovers=True) == 5000, "a sweep drops them once abandoned"
 
@@ -95,7 +167,21 @@ def test_staging_files_never_slow_a_take_in(queue: Queue) -> None:
 def test_take_in_goes_oldest_first_and_keeps_to_its_budget(queue: Queue) -> None:
     ids = [_submit(queue, {"function": "sample.echo"}) for _ in range(5)]
     assert queue.take_in(budget=2) == 2
+    assert queue.more_to_take_in
     assert [queue.job(job_id).state for job_id in ids] == [State.READY] * 2 + [State.INCOMING] * 3
+
+
+def test_take_in_keeps_to_its_time(queue: Queue) -> None:
+    """A turn's take-in stops at its time, whatever the submissions cost (the manager's
+    children and heartbeat come first); the rest are taken in by the next turns."""
+    big = {"function": "sample.echo", "args": [list(range(50_000))]}
+    ids = [_submit(queue, big) for _ in range(20)]
+    handled = queue.take_in(seconds=0.0)
+    assert handled == 1, "one entry, then the time is up"
+    assert queue.more_to_take_in
+    while queue.more_to_take_in:
+        queue.take_in(seconds=0.0)
+    assert {queue.job(job_id).state for job_id in ids} == {State.READY}
 
 
 @pytest.mark.parametrize("published", [False, True], ids=["before-publishing", "after-publishing"])
@@ -103,22 +189,42 @@ def test_take_in_goes_oldest_first_and_keeps_to_its_budget(queue: Queue) -> None
 def test_an_interrupted_take_in_is_finished_by_a_sweep(
     queue: Queue, hand: Hand, published: bool, priority: int
 ) -> None:
-    """A manager died holding incoming/.taking.ID.json: a later sweep takes it in again, or,
-    if the job was published already, only removes the file. Nothing twice, nothing lost."""
+    """A manager died holding incoming/UID/.taking.ID.json: a later sweep takes it in again,
+    or, if the job was published already, only removes the file. Nothing twice, nothing lost."""
     document = {"function": "sample.echo", "priority": priority}
     job_id = _submit(queue, document)
-    taking = queue.path / "incoming" / f".taking.{job_id}.json"
+    taking = _mine(queue) / f".taking.{job_id}.json"
     if published:
         assert queue.take_in() == 1
         taking.write_text(json.dumps(document))  # as if its removal never happened
     else:
-        os.rename(queue.path / "incoming" / f"{job_id}.json", taking)
+        os.rename(_mine(queue) / f"{job_id}.json", taking)
     assert queue.take_in(leftovers=True) == 0, "a fresh .taking may belong to a manager at work"
     queue.take_in(time.time() + 120, leftovers=True)
     queue.take_in(time.time() + 120)
-    assert os.listdir(queue.path / "incoming") == []
+    assert os.listdir(_mine(queue)) == []
     assert hand.names(State.READY) == [ready_name(job_id, priority)], "the job is in ready/ exactly once"
     assert os.listdir(queue.path / "quarantine") == []
+
+
+def test_a_take_in_interrupted_after_taking_the_id_takes_it_in_again(queue: Queue, hand: Hand) -> None:
+    """`taken/ID` names the very file that took it: the same submission, taken in again after
+    a crash, goes on; nothing is quarantined."""
+    job_id = _submit(queue, {"function": "sample.echo"})
+    inode = (_mine(queue) / f"{job_id}.json").stat().st_ino
+    (queue.path / "taken" / job_id).write_text(f"{os.geteuid()} {inode}\n")
+    queue.take_in()
+    assert hand.names(State.READY) == [ready_name(job_id, 0)]
+    assert _notes(queue) == []
+
+
+def test_taken_ids_are_forgotten_once_past(queue: Queue) -> None:
+    job_id = _submit(queue, {"function": "sample.echo"})
+    queue.take_in()
+    assert submissions.forget_taken(queue.folder, time.time()) == 0, "its time is still ahead"
+    assert submissions.forget_taken(queue.folder, time.time() + 3600) == 1
+    assert os.listdir(queue.path / "taken") == []
+    assert queue.job(job_id).state is State.READY
 
 
 def test_the_owner_cancels_a_job_not_taken_in_yet(queue: Queue) -> None:
@@ -136,8 +242,25 @@ def test_a_leftover_of_a_job_that_moved_on_is_only_removed(queue: Queue, hand: H
     owner = hand.owner()
     claim = queue.claim(owner.name)
     assert claim is not None
-    (queue.path / "incoming" / f".taking.{job_id}.json").write_text(json.dumps(document))
+    (_mine(queue) / f".taking.{job_id}.json").write_text(json.dumps(document))
     queue.take_in(time.time() + 120, leftovers=True)
-    assert os.listdir(queue.path / "incoming") == []
+    assert os.listdir(_mine(queue)) == []
     assert hand.names(State.READY) == []
     assert queue.job(job_id).state is State.CLAIMED
+
+
+def test_a_folder_the_owner_cannot_use_is_set_aside_once(queue: Queue) -> None:
+    """A member's folder that others may write cannot say who submitted what in it: it is
+    set aside, said once, and not looked at again until it changes; the others go on."""
+    job_id = _submit(queue, {"function": "sample.echo"})
+    bad = queue.path / "incoming" / "bad"
+    bad.mkdir()
+    bad.chmod(0o777)
+    (bad / f"{new_job_id(time.time() + 5)}.json").write_text("{}")
+    assert queue.take_in() == 1
+    assert queue.job(job_id).state is State.READY
+    skipped, count = queue.intake_skipped
+    assert count == 1
+    assert "every user may write it" in skipped["incoming/bad"]
+    queue.take_in()
+    assert queue.intake_skipped[1] == 1, "not looked at again"

@@ -24,6 +24,7 @@ STATE_FOLDERS = [
     "scheduled",
     "schedules",
     "stats",
+    "taken",
     "ticks",
     "tmp",
     "waiting",
@@ -170,7 +171,7 @@ def test_shared_queue_lets_the_group_read_and_write_only_incoming(queue_path: Pa
     assert _mode(queue_path) == 0o2750
     assert _mode(queue_path / "queue.json") == 0o640
     for name in STATE_FOLDERS:
-        assert _mode(queue_path / name) == (0o3770 if name == "incoming" else 0o2750), name
+        assert _mode(queue_path / name) == (0o3773 if name == "incoming" else 0o2750), name
     assert json.loads((queue_path / "queue.json").read_text())["shared"] is True
     assert queue.folder.problems() == []
 

@@ -79,6 +79,7 @@ BUILT_IN = {
     "backoff": "exponential 1s 5m",
     "lease": 30.0,
     "retention": None,
+    "root_jobs": False,
 }
 
 
@@ -100,7 +101,7 @@ def test_configure_stores_checked_values_in_the_marker(queue: Queue) -> None:
         "lease": 12.0,
         "retention": 604800.0,
     }
-    assert settings == stored
+    assert settings == {**stored, "root_jobs": False}
     assert json.loads((queue.path / MARKER).read_text())["defaults"] == stored
     assert Queue(queue.path, create=False).settings == settings
 

@@ -13,6 +13,7 @@ import pytest
 
 from jobs import Queue, Schedule, State, Timing
 from jobs import files as job_files
+from jobs import ticks as tick_marks
 from jobs.schedules import declared
 from jobs.ticks import STALE, tick_job_id
 from tests.jobs_processes.invariants import check_invariants
@@ -24,6 +25,11 @@ def add(queue: Queue, name: str = "s", when: str = "every 10s", missed: str = "o
     made = Schedule(name=name, timing=Timing(when), function="tasks.work", args=(name,), missed=missed, created=created)
     queue.add_schedule(made)
     return made
+
+
+def _tick(queue: Queue, name: str, tick: float) -> str:
+    """The id of a tick's job in this queue (derived with the queue's tick secret)."""
+    return tick_job_id(name, tick, tick_marks.secret(queue.folder))
 
 
 def tick_jobs(queue: Queue, name: str = "s") -> dict[int, list[str]]:
@@ -45,14 +51,15 @@ def test_each_tick_enqueues_one_job_named_by_its_tick(queue: Queue) -> None:
     assert planner.fire(T0 + 10, 5.0) == (1, T0 + 20)
     assert planner.fire(T0 + 12, 7.0) == (0, T0 + 20), "a tick fires once"
     assert planner.fire(T0 + 21, 16.0)[0] == 1
-    assert tick_jobs(queue) == {int(T0 + 10): [tick_job_id("s", T0 + 10)], int(T0 + 20): [tick_job_id("s", T0 + 20)]}
-    job = queue.job(tick_job_id("s", T0 + 10))
+    assert tick_jobs(queue) == {int(T0 + 10): [_tick(queue, "s", T0 + 10)], int(T0 + 20): [_tick(queue, "s", T0 + 20)]}
+    job = queue.job(_tick(queue, "s", T0 + 10))
     assert (job.state, job.spec.function, list(job.spec.args)) == (State.READY, "tasks.work", ["s"])
     assert sorted(os.listdir(queue.path / "ticks" / "s")) == [f"{int(T0 + 10):010d}", f"{int(T0 + 20):010d}"]
 
 
 def test_ids_of_two_schedules_at_one_tick_differ_and_sort_by_time() -> None:
     assert tick_job_id("a", T0) != tick_job_id("b", T0)
+    assert tick_job_id("a", T0, b"one secret") != tick_job_id("a", T0, b"another"), "unguessable without it"
     assert tick_job_id("a", T0) < tick_job_id("a", T0 + 1)
     assert tick_job_id("a", T0).startswith("20270115-080000-")
 
@@ -134,7 +141,7 @@ def test_a_declared_schedule_starts_at_its_first_sight_and_is_described(queue: Q
     assert (listed.schedule.name, listed.schedule.source, listed.last_job) == (
         "py",
         "python",
-        tick_job_id("py", T0 + 100),
+        _tick(queue, "py", T0 + 100),
     )
     assert listed.next_tick == T0 + 110
     assert listed.last_state is State.READY
@@ -180,7 +187,7 @@ def _fire_and_die_at(queue: Queue, point: str, moment: float) -> None:
 def test_a_firer_killed_after_taking_the_tick_has_its_job_published_by_a_sweep(queue: Queue) -> None:
     add(queue)
     _fire_and_die_at(queue, "tick:taken", T0 + 10)
-    job_id = tick_job_id("s", T0 + 10)
+    job_id = _tick(queue, "s", T0 + 10)
     assert os.listdir(queue.path / "tmp") == [job_id]
     assert queue.planner().fire(T0 + 11, 1.0)[0] == 0, "the tick is taken: no second job"
     swept_at = (queue.path / "tmp" / job_id).stat().st_mtime
@@ -196,7 +203,7 @@ def test_a_firer_killed_after_taking_the_tick_has_its_job_published_by_a_sweep(q
 def test_a_firer_killed_before_taking_the_tick_leaves_it_to_be_fired_again(queue: Queue) -> None:
     add(queue)
     _fire_and_die_at(queue, "enqueue:staged", T0 + 10)
-    job_id = tick_job_id("s", T0 + 10)
+    job_id = _tick(queue, "s", T0 + 10)
     assert os.listdir(queue.path / "tmp") == [job_id]
     assert not (queue.path / "ticks" / "s" / f"{int(T0 + 10):010d}").exists()
     assert queue.planner().fire(T0 + 11, 1.0)[0] == 0, "the staged job is another firer's, maybe alive"
@@ -211,7 +218,7 @@ def test_a_firer_killed_before_taking_the_tick_leaves_it_to_be_fired_again(queue
 
 def test_a_job_in_tmp_that_only_looks_like_a_tick_is_left_to_the_usual_rule(queue: Queue) -> None:
     add(queue)
-    job_id = tick_job_id("s", T0 + 10)
+    job_id = _tick(queue, "s", T0 + 10)
     staged = queue.path / "tmp" / job_id
     staged.mkdir()
     (staged / "job.json").write_text(json.dumps({"function": "f", "metadata": {"schedule": "s", "tick": int(T0 + 10)}}))

@@ -27,7 +27,6 @@ from jobs import (
     incoming,
     unknown_liveness,
 )
-from jobs.job import new_job_id
 
 from .conftest import Hand
 
@@ -71,11 +70,10 @@ def claim_one(queue: Queue, owner: Owner, now: float | None = None) -> Claim:
 
 def bring_to(queue: Queue, owner: Owner, state: State, **options: Any) -> str:
     """Enqueue a job and move it to `state` through the public transitions (INCOMING: as a
-    member of a shared queue submits it, a file in incoming/)."""
+    member of a shared queue submits it, a file in its folder of incoming/)."""
     if state is State.INCOMING:
-        job_id = new_job_id()
-        incoming.submit(queue.folder, job_id, json.dumps({"function": "sample.echo"}).encode(), durable=False)
-        return job_id
+        data = json.dumps({"function": "sample.echo"}).encode()
+        return incoming.submit(queue.folder, lambda job_id: data, durable=False)
     if state is State.SCHEDULED:
         return queue.with_options(delay=3600, **options).enqueue("sample.echo")
     if state is State.WAITING:  # for a job that waits an hour

@@ -2,8 +2,9 @@
 runs as root in CI; without root the tests that need them skip, saying why), and the
 fault suite's and the process suite's fixtures, shared here by import.
 
-    fvowner   owns the queue and runs its managers (in group fvteam)
-    fvalice   a member of the queue's group fvteam
+    fvowner   owns the queue and runs its managers: its own group fvowner (the owner group
+              of incoming/), and a member of fvteam
+    fvalice   a member of the queue's group fvteam (their own group: fvteam)
     fvbob     another member, the one who attacks
     fveve     no member: another local user
 """
@@ -39,9 +40,10 @@ def _why_no_users() -> str | None:
         return "needs root to create users and groups with useradd"
     if not (shutil.which("useradd") and shutil.which("groupadd") and shutil.which("setpriv")):
         return "needs useradd, groupadd and setpriv"
-    made = _run(["groupadd", "-f", TEAM])
-    if made.returncode != 0:
-        return f"groupadd {TEAM} failed: {made.stderr.strip()}"
+    for group in (TEAM, OWNER):
+        made = _run(["groupadd", "-f", group])
+        if made.returncode != 0:
+            return f"groupadd {group} failed: {made.stderr.strip()}"
     for name in (*MEMBERS, EVE):
         try:
             pwd.getpwnam(name)
@@ -52,6 +54,10 @@ def _why_no_users() -> str | None:
         made = _run(["useradd", "-M", "-N", *group, "-s", "/usr/sbin/nologin", name])
         if made.returncode != 0:
             return f"useradd {name} failed: {made.stderr.strip()}"
+    # The owner in a group of its own (most systems give every user one), a member of the team:
+    made = _run(["usermod", "-g", OWNER, "-G", TEAM, OWNER])
+    if made.returncode != 0:
+        return f"usermod {OWNER} failed: {made.stderr.strip()}"
     probe = _run([*as_user(ALICE), sys.executable, "-c", "import jobs, supervisor, tests.sample_jobs"])
     if probe.returncode != 0:
         return f"{ALICE} cannot run this Python or read the repository: {probe.stderr.strip()[-300:]}"

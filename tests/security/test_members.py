@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,11 @@ def _state(queue: Path, job_id: str) -> State:
     return Queue(queue, create=False).job(job_id).state
 
 
+def _folder(queue: Path, user: str) -> Path:
+    """`user`'s own folder of incoming/, where their submissions go."""
+    return queue / "incoming" / str(pwd.getpwnam(user).pw_uid)
+
+
 def _as_shell(user: str, script: str) -> subprocess.CompletedProcess[str]:
     """A shell command as `user`: what a member can do with plain file operations."""
     return subprocess.run([*as_user(user), "sh", "-c", script], capture_output=True, text=True, timeout=30)
@@ -52,7 +59,8 @@ def _as_shell(user: str, script: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_member_submits_reads_results_and_is_recorded_as_the_submitter(procs: Processes, shared_queue: Path) -> None:
     job_id = _submit(ALICE, shared_queue, "from alice")
-    assert os.listdir(shared_queue / "incoming") == [f"{job_id}.json"], "a member writes incoming/ only"
+    assert os.listdir(shared_queue / "incoming") == [_folder(shared_queue, ALICE).name], "a member writes incoming/"
+    assert os.listdir(_folder(shared_queue, ALICE)) == [f"{job_id}.json"], "only, into a folder of their own"
     assert _state(shared_queue, job_id) is State.INCOMING
     manager = _manager(procs, shared_queue)
     wait_until(lambda: _state(shared_queue, job_id) is State.DONE, 20, "the owner's manager ran alice's job")
@@ -68,16 +76,17 @@ def test_a_member_submits_reads_results_and_is_recorded_as_the_submitter(procs: 
 
 def test_a_member_cannot_claim_to_be_someone_else(procs: Processes, shared_queue: Path) -> None:
     forged = json.dumps({"function": "sample.ok", "args": ["forged"], "submitted_by": {"uid": 0, "user": "root"}})
-    staging = f"{shared_queue}/incoming/.x.tmp"
-    job_id = new_job_id()
-    done = _as_shell(BOB, f"printf '%s' '{forged}' > {staging} && mv {staging} {shared_queue}/incoming/{job_id}.json")
+    mine = _folder(shared_queue, BOB)
+    job_id = new_job_id(time.time() + 5)  # dated ahead, as a member's ids are (jobs.incoming)
+    script = f"mkdir -m 770 {mine} && printf '%s' '{forged}' > {mine}/.x.tmp && mv {mine}/.x.tmp {mine}/{job_id}.json"
+    done = _as_shell(BOB, script)
     assert done.returncode == 0, done.stderr
     manager = _manager(procs, shared_queue)
     wait_until(lambda: _state(shared_queue, job_id) is State.DONE, 20, "bob's job ran")
     _stop(procs, manager)
     spec = json.loads((shared_queue / "done" / job_id / "job.json").read_text())
     assert spec["submitted_by"]["uid"] == int(subprocess.check_output(["id", "-u", BOB])), (
-        "the file's owner, not its text"
+        "the owner of the folder it was in, not its text"
     )
 
 
@@ -115,8 +124,8 @@ def test_the_cli_refuses_a_member_what_only_the_owner_may(shared_queue: Path) ->
 
 def test_a_member_cannot_touch_another_members_job(procs: Processes, shared_queue: Path) -> None:
     alices = _submit(ALICE, shared_queue, "alice's")
-    waiting = f"{shared_queue}/incoming/{alices}.json"
-    for script in (f"rm -f {waiting}", f"mv {waiting} {waiting}.x", f"printf x >> {waiting}"):
+    waiting = f"{_folder(shared_queue, ALICE)}/{alices}.json"
+    for script in (f"rm -f {waiting}", f"mv {waiting} {waiting}.x", f"printf x >> {waiting}", f"cat {waiting}"):
         done = _as_shell(BOB, script)
         assert done.returncode != 0, f"bob could: {script}"
     manager = _manager(procs, shared_queue)
@@ -199,7 +208,7 @@ def test_a_member_submits_from_the_shell_with_the_example_script(procs: Processe
     )
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.strip()
-    assert os.listdir(shared_queue / "incoming") == [f"{job_id}.json"]
+    assert os.listdir(_folder(shared_queue, ALICE)) == [f"{job_id}.json"]
     manager = _manager(procs, shared_queue)
     wait_until(lambda: _state(shared_queue, job_id) is State.DONE, 20, "the owner's manager ran alice's job")
     _stop(procs, manager)

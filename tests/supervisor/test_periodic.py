@@ -12,6 +12,7 @@ import sys
 import time
 
 from jobs import Queue, State
+from jobs import ticks as tick_marks
 from jobs.ticks import tick_job_id
 from tests.conftest import REPO
 from tests.jobs_processes.invariants import check_invariants
@@ -57,7 +58,8 @@ def test_three_managers_fire_each_tick_once_through_a_sigkill(procs: Processes, 
     for name in ("shell", "heartbeat"):
         ticks = sorted(found[name])
         assert all(len(found[name][tick]) == 1 for tick in ticks), f"{name}: a tick fired twice: {found[name]}"
-        assert all(found[name][tick] == [tick_job_id(name, tick)] for tick in ticks)
+        secret = tick_marks.secret(queue.folder)
+        assert all(found[name][tick] == [tick_job_id(name, tick, secret)] for tick in ticks)
         assert ticks[-1] - ticks[0] <= len(ticks) + 2, f"{name}: ticks were lost: {ticks}"
     ids = [job_id for by_tick in found.values() for ids in by_tick.values() for job_id in ids]
     check_invariants(queue.path, ids)  # each in exactly one state, none lost
@@ -74,7 +76,7 @@ def test_schedule_list_shows_the_python_schedule_and_the_last_job(procs: Process
     assert listed.returncode == 0, listed.stderr
     (document,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (document["name"], document["source"], document["when"]) == ("heartbeat", "python", "every 1s")
-    assert document["last_job"] == tick_job_id("heartbeat", document["last_tick"])
+    assert document["last_job"] == tick_job_id("heartbeat", document["last_tick"], tick_marks.secret(queue.folder))
     shown = forkvisor("schedule", "show", str(queue.path), "heartbeat")
     assert "a Python registry" in shown.stdout
     assert "every 1s" in shown.stdout

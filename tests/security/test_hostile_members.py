@@ -1,0 +1,267 @@
+"""What members of a shared queue write is hostile input (issue 26): each class of the
+review's attacks that got through, replayed with real users against the owner's real
+manager, each followed by the conservation check (every job in exactly one place).
+
+    numbers      non-finite and huge numbers in a submission, in a job's progress and result
+    ids          a live job's id, a scheduled one's, a schedule's next tick's; a key taken first
+    work         a thousand parents that do not exist; 1,100 folders the owner cannot open
+
+(Identity: test_identity.py; the page: test_page.py; members' rights: test_members.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import JobNotFound, Queue, State, new_job_id
+from jobs.ticks import tick_job_id
+from tests.jobs_processes import invariants
+from tests.processes import APP, APP_PATH, FAST_CLI, Processes, forkvisor_command, wait_until
+from tests.security.conftest import ALICE, BOB, OWNER, as_user, python_as, run_as
+
+ENQUEUE = (
+    "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue(sys.argv[2], *sys.argv[3:]))"
+)
+
+
+def _manager(procs: Processes, queue: Path) -> subprocess.Popen[bytes]:
+    return procs.forkvisor("run", str(queue), "--app", APP, *APP_PATH, *FAST_CLI, prefix=as_user(OWNER))
+
+
+def _stop(procs: Processes, manager: subprocess.Popen[bytes]) -> str:
+    manager.send_signal(signal.SIGTERM)
+    assert procs.wait_exit(manager, 20, "the owner's manager") == 0, procs.log(manager)
+    return procs.log(manager)
+
+
+def _state(queue: Path, job_id: str) -> State | None:
+    try:
+        return Queue(queue, create=False).job(job_id).state
+    except JobNotFound:  # not there at all: refused into quarantine
+        return None
+
+
+def _plant(user: str, queue: Path, document: bytes | str, job_id: str | None = None) -> str:
+    """A submission written by hand into `user`'s own folder, as a hostile member would."""
+    mine = queue / "incoming" / str(pwd.getpwnam(user).pw_uid)
+    job_id = job_id or new_job_id(time.time() + 5)
+    data = document if isinstance(document, str) else document.decode()
+    script = f"mkdir -p -m 770 {mine} && cat > {mine}/.x.tmp && mv {mine}/.x.tmp {mine}/{job_id}.json"
+    done = subprocess.run([*as_user(user), "sh", "-c", script], input=data, text=True, capture_output=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return job_id
+
+
+def _submit(user: str, queue: Path, *args: str) -> str:
+    done = python_as(user, ENQUEUE, queue, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _notes(queue: Path) -> list[str]:
+    folder = queue / "quarantine"
+    return [(folder / name).read_text() for name in sorted(os.listdir(folder)) if name.endswith(".why")]
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"{constant} in JSON output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+NUMBERS = [
+    (b'{"function": "sample.ok", "args": [NaN]}', "args[0] is nan"),
+    (b'{"function": "sample.ok", "kwargs": {"value": Infinity}}', "kwargs.value is inf"),
+    (b'{"function": "sample.ok", "metadata": {"n": -Infinity}}', "metadata.n is -inf"),
+    (b'{"function": "sample.ok", "run_at": NaN}', "run_at is nan"),
+    (b'{"function": "sample.ok", "created": 1e20}', 'field "created" must be epoch seconds'),
+    (b'{"function": "sample.ok", "backoff": "fixed 99999999999999999999999d"}', "too long a duration"),
+    (b'{"function": "sample.ok", "max_attempts": 1' + b"0" * 4000 + b"}", "max_attempts must be"),
+]
+
+
+def test_numbers_no_reader_survives_never_stop_the_manager(procs: Processes, shared_queue: Path) -> None:
+    """Once: the manager exited 101 at each take-in (and at each restart), for every queue."""
+    bad = [(_plant(BOB, shared_queue, document), words) for document, words in NUMBERS]
+    good = _submit(ALICE, shared_queue, "sample.ok", "after the junk")
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, good) is State.DONE, 20, "alice's job ran after bob's junk")
+    log = _stop(procs, manager)
+    queue = Queue(shared_queue, create=False)
+    for job_id, words in bad:
+        dead = queue.job(job_id)
+        assert dead.state is State.DEAD
+        assert words in dead.error["message"], dead.error
+    assert "Traceback" not in log
+    invariants.check_invariants(shared_queue, [good, *(job_id for job_id, _ in bad)])
+
+
+PLANT_RECORDS = """
+cd "$FORKVISOR_ATTEMPT_DIR" || exit 9
+printf '{"done": NaN, "total": Infinity, "message": "x", "at": 1e400}' > progress.json
+printf '[NaN, Infinity, {"deep": -Infinity}]' > result.json
+exec sleep 30
+"""
+
+
+def test_non_finite_records_of_a_members_job_never_break_the_readers(procs: Processes, roots_queue: Path) -> None:
+    """A job run as its submitter owns its run's folder: what it writes there (NaN in
+    progress.json and result.json) is shown as unreadable; `status`, `show`, `list` and
+    `wait` exit 0 with valid JSON, as the owner and as the member."""
+    command = (
+        "import sys; from jobs import Queue; "
+        "print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:], timeout=3, max_attempts=1))"
+    )
+    done = python_as(ALICE, command, roots_queue, "sh", "-c", PLANT_RECORDS)
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    manager = procs.forkvisor("run", str(roots_queue), "--run-as-submitter", *FAST_CLI)
+    try:
+        queue = Queue(roots_queue, create=False)
+        wait_until(lambda: _progress_written(queue, job_id), 20, "the job wrote its progress")
+        for reader in (["status", "--json"], ["show", job_id, "--json"], ["list", "--json"]):
+            for prefix in ([], as_user(ALICE)):
+                shown = subprocess.run(
+                    [*prefix, *forkvisor_command(), reader[0], str(roots_queue), *reader[1:]],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                assert shown.returncode == 0, shown.stderr
+                for line in shown.stdout.splitlines():
+                    _strict_json(line)
+        assert "unreadable" in json.dumps(queue.run_progress(queue.job(job_id)))
+    finally:
+        _stop(procs, manager)
+    invariants.check_invariants(roots_queue, [job_id])
+
+
+def _progress_written(queue: Queue, job_id: str) -> bool:
+    job = queue.job(job_id)
+    return bool(job.history) and (job.history[-1].path / "progress.json").exists()
+
+
+def test_a_member_cannot_submit_under_a_live_jobs_id(procs: Processes, shared_queue: Path) -> None:
+    """The id of a job in ready/, and of one in scheduled/ (where only a listing finds it),
+    copied into a member's submission: refused; the owner's jobs run as theirs."""
+    queue = Queue(shared_queue, create=False)
+    ready = python_as(OWNER, ENQUEUE, shared_queue, "sample.ok", "the owner's").stdout.strip()
+    later = python_as(
+        OWNER,
+        "import sys; from jobs import Queue; "
+        "print(Queue(sys.argv[1], create=False).with_options(delay=3600).enqueue('sample.ok', 'later'))",
+        shared_queue,
+    ).stdout.strip()
+    for job_id in (ready, later):
+        _plant(BOB, shared_queue, json.dumps({"function": "sample.ok", "args": ["bob's"]}), job_id)
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: queue.job(ready).state is State.DONE, 20, "the owner's job ran")
+    wait_until(lambda: len(_notes(shared_queue)) == 2, 20, "both copies were refused")
+    _stop(procs, manager)
+    assert queue.job(ready).result["value"] == "the owner's"
+    assert queue.job(later).state is State.SCHEDULED
+    assert all("is not dated ahead of its submission" in note for note in _notes(shared_queue))
+    invariants.check_invariants(shared_queue, [ready, later])
+
+
+def test_a_member_cannot_take_a_schedules_tick_first(procs: Processes, shared_queue: Path) -> None:
+    """Tick ids were derived from the schedule's name alone: a member who submitted the next
+    ones first held the schedule back. Now they need the owner's secret."""
+    added = run_as(OWNER, "schedule", "add", shared_queue, "beat", "--every", "1s", "--", "true")
+    assert added.returncode == 0, added.stderr
+    soon = int(time.time()) + 3
+    guesses = [_plant(BOB, shared_queue, '{"function": "sample.ok"}', tick_job_id("beat", soon + n)) for n in range(4)]
+    manager = procs.forkvisor("run", str(shared_queue), "--commands", *FAST_CLI, prefix=as_user(OWNER))
+    queue = Queue(shared_queue, create=False)
+
+    def ticks_ran() -> int:
+        return sum(1 for job in queue.jobs(State.DONE) if job.spec.metadata.get("schedule") == "beat")
+
+    wait_until(lambda: ticks_ran() >= 4, 20, "the schedule fired, tick after tick")
+    _stop(procs, manager)
+    assert not any(job.spec.metadata.get("schedule") == "beat" for job_id in guesses for job in [queue.job(job_id)])
+    invariants.check_invariants(shared_queue, [job.id for job in queue.jobs()])
+
+
+KEYED = (
+    "import sys; from jobs import Queue; q = Queue(sys.argv[1], create=False); "
+    "print(q.with_options(key=sys.argv[2], run_at=float(sys.argv[3])).enqueue('sample.ok', sys.argv[4]))"
+)
+
+
+def test_a_key_a_member_took_first_is_theirs_alone(procs: Processes, shared_queue: Path) -> None:
+    """bob takes "nightly" first, with a far-future run_at: once, everyone's submissions of
+    "nightly" were handed bob's job, silently, for ever."""
+    far = str(time.time() + 30 * 86400)
+    bobs = python_as(BOB, KEYED, shared_queue, "nightly", far, "bob's").stdout.strip()
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, bobs) is State.SCHEDULED, 20, "bob's keyed job was taken in")
+    now = str(time.time())
+    owners = python_as(OWNER, KEYED, shared_queue, "nightly", now, "the owner's").stdout.strip()
+    alices = python_as(ALICE, KEYED, shared_queue, "nightly", now, "alice's").stdout.strip()
+    assert len({bobs, owners, alices}) == 3, "each submitter's key is their own"
+    wait_until(lambda: _state(shared_queue, alices) is State.DONE, 20, "alice's keyed job ran")
+    wait_until(lambda: _state(shared_queue, owners) is State.DONE, 20, "the owner's keyed job ran")
+    again = python_as(BOB, KEYED, shared_queue, "nightly", now, "bob's again").stdout.strip()
+    assert again == bobs, "bob's own key space: his live job holds it"
+    _stop(procs, manager)
+    invariants.check_invariants(shared_queue, [bobs, owners, alices])
+
+
+def test_a_thousand_parents_that_do_not_exist_cost_the_manager_nothing_it_needs(
+    procs: Processes, shared_queue: Path
+) -> None:
+    """Once: 110 s of the manager's loop, its heartbeat 249 s stale, its claims reaped, a
+    SIGTERM not acted on. Now the job is dead naming the first missing parent, at once."""
+    ghosts = [new_job_id(time.time() - 3600 + n) for n in range(1000)]
+    bad = _plant(BOB, shared_queue, json.dumps({"function": "sample.ok", "depends_on": ghosts}))
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, bad) is State.DEAD, 20, "bob's job was taken in and buried")
+    good = _submit(ALICE, shared_queue, "sample.ok", "alice's")
+    wait_until(lambda: _state(shared_queue, good) is State.DONE, 20, "alice's job ran")
+    _stop(procs, manager)
+    error = Queue(shared_queue, create=False).job(bad).error
+    assert f"there is no job {ghosts[0]}" in error["message"]
+    assert os.listdir(shared_queue / "edges") == [], "no edge for a parent that is not a job"
+    invariants.check_invariants(shared_queue, [bad, good])
+
+
+def test_folders_the_owner_cannot_open_do_not_stop_the_take_in(procs: Processes, shared_queue: Path) -> None:
+    """bob makes 1,100 folders of mode 0700 in incoming/: each is set aside once, said once;
+    alice's submissions are taken in as at any time."""
+    script = f"cd {shared_queue}/incoming && for n in $(seq 1100); do mkdir -m 700 0$n; done"
+    made = subprocess.run([*as_user(BOB), "sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    manager = _manager(procs, shared_queue)
+    first = _submit(ALICE, shared_queue, "sample.ok", "alice's")
+    wait_until(lambda: _state(shared_queue, first) is State.DONE, 20, "alice's job ran")
+    second = _submit(ALICE, shared_queue, "sample.ok", "and again")
+    wait_until(lambda: _state(shared_queue, second) is State.DONE, 20, "alice's second job ran")
+    log = _stop(procs, manager)
+    warnings = log.count("set aside incoming/0")
+    assert 1100 <= warnings <= 1100 * 2, f"each folder said once (a sweeper may say it too): {warnings}"
+    status = run_as(OWNER, "status", shared_queue)
+    assert status.returncode == 0, status.stderr
+    invariants.check_invariants(shared_queue, [first, second])
+
+
+@pytest.fixture
+def roots_queue(users: None, open_dir: Path) -> Path:
+    """A shared queue of root's, group fvteam (as tests/security/test_root.py makes)."""
+    path = open_dir / "queue"
+    done = subprocess.run(
+        [*forkvisor_command(), "init", str(path), "--shared", "--group", "fvteam", "--lease", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return path
