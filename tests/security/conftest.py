@@ -112,3 +112,31 @@ def shared_queue(users: None, open_dir: Path) -> Path:
     assert made.returncode == 0, made
     assert grp.getgrgid(path.stat().st_gid).gr_name == TEAM
     return path
+
+
+SUBMIT = "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue(sys.argv[2]))"
+SUBMIT_COMMAND = (
+    "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:]))"
+)
+
+
+def as_root(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`forkvisor ARGS...` as this process's user (root), to its end, with `env` added."""
+    return subprocess.run(
+        [*forkvisor_command(), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+@pytest.fixture
+def roots_queue(users: None, open_dir: Path) -> Path:
+    """A shared queue of root's, group fvteam: what one system manager serves for several users."""
+    path = open_dir / "queue"
+    made = as_root("init", path, "--shared", "--group", TEAM, "--lease", "3")
+    assert made.returncode == 0, made.stderr
+    return path

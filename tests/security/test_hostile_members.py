@@ -18,8 +18,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from jobs import JobNotFound, Queue, State, new_job_id
 from jobs.ticks import tick_job_id
 from tests.jobs_processes import invariants
@@ -251,17 +249,3 @@ def test_folders_the_owner_cannot_open_do_not_stop_the_take_in(procs: Processes,
     status = run_as(OWNER, "status", shared_queue)
     assert status.returncode == 0, status.stderr
     invariants.check_invariants(shared_queue, [first, second])
-
-
-@pytest.fixture
-def roots_queue(users: None, open_dir: Path) -> Path:
-    """A shared queue of root's, group fvteam (as tests/security/test_root.py makes)."""
-    path = open_dir / "queue"
-    done = subprocess.run(
-        [*forkvisor_command(), "init", str(path), "--shared", "--group", "fvteam", "--lease", "3"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return path

@@ -23,22 +23,8 @@ import pytest
 
 from jobs import Queue, State, new_job_id
 from tests.jobs_processes import invariants
-from tests.processes import APP, APP_PATH, REPO, forkvisor_command
-from tests.security.conftest import ALICE, BOB, TEAM, as_user, python_as
-
-SUBMIT = "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue(sys.argv[2]))"
-SUBMIT_COMMAND = (
-    "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:]))"
-)
-
-
-@pytest.fixture
-def roots_queue(users: None, open_dir: Path) -> Path:
-    """A shared queue of root's, group fvteam: one system manager runs each job as its submitter."""
-    path = open_dir / "queue"
-    done = _root("init", path, "--shared", "--group", TEAM, "--lease", "3")
-    assert done.returncode == 0, done.stderr
-    return path
+from tests.processes import APP, APP_PATH
+from tests.security.conftest import ALICE, BOB, SUBMIT, SUBMIT_COMMAND, TEAM, as_root, as_user, python_as
 
 
 @pytest.fixture
@@ -51,20 +37,8 @@ def team_folder(users: None, open_dir: Path) -> Path:
     return path
 
 
-def _root(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*forkvisor_command(), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 def _serve(queue: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return _root("run", queue, "--app", APP, *APP_PATH, "--run-as-submitter", "--burst", *extra, env=env)
+    return as_root("run", queue, "--app", APP, *APP_PATH, "--run-as-submitter", "--burst", *extra, env=env)
 
 
 def _shell(user: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -202,7 +176,7 @@ def test_the_owners_own_jobs_run_as_root_only_if_the_queue_says_so(roots_queue: 
     assert dead.state is State.DEAD
     assert "it would run as root" in dead.error["message"]
     assert "root_jobs yes" in dead.error["message"]
-    assert _root("config", roots_queue, "root_jobs", "yes").returncode == 0
+    assert as_root("config", roots_queue, "root_jobs", "yes").returncode == 0
     queue.retry(job_id)
     assert _serve(roots_queue).returncode == 0
     assert queue.job(job_id).result["uid"] == 0, "said on purpose, in a setting only the owner writes"
@@ -211,12 +185,12 @@ def test_the_owners_own_jobs_run_as_root_only_if_the_queue_says_so(roots_queue: 
 
 def test_root_serves_members_as_root_only_when_told(roots_queue: Path) -> None:
     job_id = python_as(ALICE, SUBMIT, roots_queue, "sample.whoami").stdout.strip()
-    refused = _root("run", roots_queue, "--app", APP, *APP_PATH, "--burst")
+    refused = as_root("run", roots_queue, "--app", APP, *APP_PATH, "--burst")
     assert refused.returncode == 2, refused.stderr
     assert "would run as root" in refused.stderr
     assert "--run-as-submitter" in refused.stderr
     assert Queue(roots_queue, create=False).job(job_id).state is State.INCOMING, "nothing ran"
-    told = _root("run", roots_queue, "--app", APP, *APP_PATH, "--burst", "--members-as-root")
+    told = as_root("run", roots_queue, "--app", APP, *APP_PATH, "--burst", "--members-as-root")
     assert told.returncode == 0, told.stderr
     assert Queue(roots_queue, create=False).job(job_id).result["uid"] == 0
 
@@ -245,10 +219,10 @@ def test_jobs_get_none_of_the_managers_secrets(roots_queue: Path) -> None:
 def test_an_owners_manager_keeps_its_own_variables_from_its_jobs(users: None, open_dir: Path) -> None:
     """Not root, not shared: still, the manager's FORKVISOR_* are its own, not its jobs'."""
     path = open_dir / "private"
-    assert _root("init", path).returncode == 0
+    assert as_root("init", path).returncode == 0
     queue = Queue(path, create=False)
     job_id = queue.enqueue("sample.environment")
-    served = _root("run", path, "--app", APP, *APP_PATH, "--burst", env={"FORKVISOR_WEB_TOKEN": "web-secret"})
+    served = as_root("run", path, "--app", APP, *APP_PATH, "--burst", env={"FORKVISOR_WEB_TOKEN": "web-secret"})
     assert served.returncode == 0, served.stderr
     seen = queue.job(job_id).result
     assert "FORKVISOR_WEB_TOKEN" not in seen
@@ -259,12 +233,12 @@ def test_an_owner_group_shared_with_members_is_refused(users: None, open_dir: Pa
     """incoming/ in a group members are in would let them write each other's folders: init
     refuses to use it, and a manager refuses a queue left so."""
     path = open_dir / "queue"
-    made = _root("init", path, "--shared", "--group", TEAM, "--owner-group", TEAM)
+    made = as_root("init", path, "--shared", "--group", TEAM, "--owner-group", TEAM)
     assert made.returncode == 2, made.stderr
     assert "group fvteam has members besides the owner" in made.stderr
     os.chown(path / "incoming", -1, grp.getgrnam(TEAM).gr_gid)  # as an earlier forkvisor left it
-    refused = _root("run", path, "--burst", "--members-as-root")
+    refused = as_root("run", path, "--burst", "--members-as-root")
     assert refused.returncode == 111, refused.stderr
     assert "who could write each other's submission folders" in refused.stderr
-    assert _root("init", path, "--shared").returncode == 0, "init sets it right"
+    assert as_root("init", path, "--shared").returncode == 0, "init sets it right"
     assert grp.getgrgid((path / "incoming").stat().st_gid).gr_name == "root"

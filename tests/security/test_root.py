@@ -19,7 +19,7 @@ from jobs import Queue, State
 from tests.faults.conftest import Outside
 from tests.jobs_processes import invariants
 from tests.processes import APP, APP_PATH, REPO, forkvisor_command
-from tests.security.conftest import ALICE, BOB, EVE, OWNER, TEAM, python_as, run_as
+from tests.security.conftest import ALICE, BOB, EVE, OWNER, SUBMIT, SUBMIT_COMMAND, TEAM, python_as, run_as
 
 SUBMIT_ID = "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue_command(['id', '-u']))"
 
@@ -77,20 +77,6 @@ def test_user_is_refused_when_it_cannot_be_done(owners_queue: Path, who: str, us
 
 
 # -- one root manager, each job run as its submitter -------------------------------------------------
-
-SUBMIT = "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue(sys.argv[2]))"
-SUBMIT_COMMAND = (
-    "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:]))"
-)
-
-
-@pytest.fixture
-def roots_queue(users: None, open_dir: Path) -> Path:
-    """A shared queue of root's, group fvteam: what one system manager serves for several users."""
-    path = open_dir / "queue"
-    code, err = _root("init", path, "--shared", "--group", TEAM, "--lease", "3")
-    assert code == 0, err
-    return path
 
 
 def _submit(user: str, queue: Path, *command: str) -> str:
