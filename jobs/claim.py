@@ -306,6 +306,7 @@ class Claimer:
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
         """Write how the run ended into its folder (exit status, rusage, error...)."""
         with self._open(claim, "record the outcome of") as job, self._run_folder(job, claim, now) as run:
+            self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
             self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
 
     def complete(self, claim: Claim, now: float) -> None:

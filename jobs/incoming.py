@@ -63,6 +63,7 @@ from jobs.fate import Cause
 from jobs.folder import SPEC_FILE, TAKEN, QueueFolder
 from jobs.handles import OPEN_DIR, Dir, Entry
 from jobs.job import (
+    ID_PATTERN,
     LATEST_DUE,
     MAX_SPEC_BYTES,
     JobSpec,
@@ -77,8 +78,8 @@ from jobs.job import (
 log = logging.getLogger(__name__)
 
 TAKING = ".taking."
-_JOB_RE = re.compile(r"^(\d{8}-\d{6}-\d{6}-[0-9a-f]{8})\.json$")
-_REQUEST_RE = re.compile(r"^(\d{8}-\d{6}-\d{6}-[0-9a-f]{8})\.(cancel|retry)$")
+_JOB_RE = re.compile(rf"^({ID_PATTERN})\.json$")
+_REQUEST_RE = re.compile(rf"^({ID_PATTERN})\.(cancel|retry)$")
 AHEAD = 10.0  # seconds ahead of the file system's clock a member dates a new id (its write must end first)
 MOST_AHEAD = 3600.0  # a submitted id may be dated at most this far after its file's last change
 TAKEN_KEPT = 60.0  # seconds a `taken/ID` outlives its id's time (clocks round; a little slack)
@@ -493,6 +494,9 @@ class _Entry:
     def _take_request(self, job_id: str, action: str) -> bool:
         taking = f"{TAKING}{self.name}"
         try:
+            if not stat.S_ISREG(self.source.handle.lstat(self.name).st_mode):
+                self._quarantine(self.place, "not a file: a request is one regular file, ID.cancel or ID.retry")
+                return True
             files.move(self.name, taking, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)
         except (FileNotFoundError, MoveCollision):
             return False  # another manager took it

@@ -12,6 +12,7 @@ in `claimed/OWNER/`, `done/` and `dead/`.
 
 from __future__ import annotations
 
+import calendar
 import enum
 import json
 import math
@@ -39,7 +40,10 @@ MAX_FUNCTION = 500  # characters of a function's name (a module path and a name)
 if TYPE_CHECKING:
     from jobs.policy import Policy  # which imports this module
 
-_ID = r"\d{8}-\d{6}-\d{6}-[0-9a-f]{8}"
+# A moment a calendar has (days past a month's end are carried over by `created_at`): a name
+# with a month 13 or an hour 25 is not a job's, so it is quarantined, not read as a time.
+ID_PATTERN = r"[1-9]\d{3}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])-(?:[01]\d|2[0-3])[0-5]\d[0-5]\d-\d{6}-[0-9a-f]{8}"
+_ID = ID_PATTERN
 _ID_RE = re.compile(rf"^{_ID}$")
 _READY_RE = re.compile(rf"^(\d{{3}})\.({_ID})$")
 _SCHEDULED_RE = re.compile(rf"^(\d{{13}})\.(\d{{3}})\.({_ID})$")
@@ -90,9 +94,12 @@ def _second_stamp(second: int) -> str:
 
 
 def created_at(job_id: str) -> float:
-    """The enqueue time written into a job id, in seconds since the epoch."""
-    stamp = datetime.strptime(job_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
-    return stamp.timestamp() + int(job_id[16:22]) / 1e6
+    """The enqueue time written into a job id, in seconds since the epoch. Never raises for
+    an id of the form (`ID_PATTERN`): a day past its month's end is carried over, as
+    calendar arithmetic does (an id is a name that sorts; its moment only informs)."""
+    parts = (job_id[0:4], job_id[4:6], job_id[6:8], job_id[9:11], job_id[11:13], job_id[13:15])
+    seconds = calendar.timegm(tuple(int(part) for part in parts))
+    return seconds + int(job_id[16:22]) / 1e6
 
 
 def is_job_id(text: str) -> bool:

@@ -158,7 +158,11 @@ def checked_progress(found: Any) -> dict[str, Any]:
 
 
 def _number(value: object) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number a float can hold (an int of 400 digits is JSON, and overflows a division)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= _LARGEST
+
+
+_LARGEST = 1e300
 
 
 PID_MAX = 1 << 22  # the kernel's largest pid_max

@@ -308,5 +308,6 @@ def progress_text(progress: dict[str, Any] | None, now: float) -> str:
 
 
 def _number(value: object) -> TypeGuard[float]:
-    """A JSON number (not true or false, which Python counts as ints)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A JSON number a float holds (not true or false, which Python counts as ints, nor an
+    int of 400 digits, which no division or format survives)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 1e300

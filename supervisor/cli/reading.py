@@ -257,9 +257,10 @@ def _attempt_lines(number: int, outcome: Any) -> list[str]:
     if outcome.get("limit"):
         line += f" at its {outcome['limit']} limit"
     if "wall_time" in outcome:
-        cpu = (outcome.get("cpu_user") or 0) + (outcome.get("cpu_system") or 0)
-        rss = (outcome.get("max_rss_kb") or 0) / 1024
-        line += f", {outcome['wall_time']:.3f}s wall, {cpu:.3f}s cpu, max rss {rss:.1f}M"
+        cpu = [outcome.get(name) or 0 for name in ("cpu_user", "cpu_system")]
+        cpu_time = sum(cpu) if all(_amount(part) is not None for part in cpu) else None
+        line += f", {_shown(outcome['wall_time'], 's wall')}, {_shown(cpu_time, 's cpu')}"
+        line += f", max rss {_shown(outcome.get('max_rss_kb') or 0, 'M', 1024, 1)}"
         line += f", pid {outcome.get('pid')} on {outcome.get('host')}"
     if outcome.get("released"):
         line += " (released: attempt not counted)"
@@ -267,6 +268,19 @@ def _attempt_lines(number: int, outcome: Any) -> list[str]:
     if isinstance(error, dict) and error.get("message"):
         return [line, f"    {error.get('type', 'error')}: {error['message']}"]
     return [line]
+
+
+def _amount(value: object) -> float | None:
+    """A number of a run's record that a float holds, else None (the record is data, and a
+    job run as its submitter could have written its own before the manager's replaced it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= 1e300:
+        return None
+    return float(value)
+
+
+def _shown(value: object, unit: str, scale: float = 1.0, digits: int = 3) -> str:
+    amount = _amount(value)
+    return f"?{unit}" if amount is None else f"{amount / scale:.{digits}f}{unit}"
 
 
 def _policy_text(policy: Policy) -> str:

@@ -15,10 +15,14 @@ from __future__ import annotations
 import logging
 import re
 
-# C0 controls and DEL, C1 controls, and the bidirectional overrides and isolates
-# (which can make text display in another order than it is read: CVE-2021-42574).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_UNSAFE_KEEPING_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls and DEL, C1 controls, the bidirectional overrides and isolates (which can
+# make text display in another order than it is read: CVE-2021-42574), and lone
+# surrogates (JSON's "\ud800": no encoder writes them, and "\udc9b", a byte the decoder
+# could not read, would go out raw: 0x9b is an 8-bit escape).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE_KEEPING_LINES = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escape(found: re.Match[str]) -> str:
