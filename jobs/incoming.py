@@ -467,9 +467,8 @@ class _Entry:
         return None if same else f"job {job_id} was submitted already"
 
     def _exists(self, job_id: str) -> str | None:
-        for state in self.places.by_name(job_id):
-            return f"job {job_id} exists already (in {state.value}/)"
-        return None
+        found = self.places.by_name(job_id)
+        return None if found is None else f"job {job_id} exists already (in {found[0].value}/)"
 
     def _parents_missing(self, job_id: str, spec: JobSpec) -> Cause | None:
         if not spec.depends_on:

@@ -175,26 +175,27 @@ class Places:
         self._listed: dict[State, dict[str, str]] = {}  # state -> job id -> entry name
         self._probes = 0  # ready/ names probed so far (to decide when a listing is cheaper)
 
-    def by_name(self, job_id: str) -> dict[State, Entry]:
-        """Where `job_id` is found by the names its id gives (no listing of a folder)."""
-        folder, found = self.folder, {}
+    def by_name(self, job_id: str) -> tuple[State, Entry] | None:
+        """Where `job_id` is found by the names its id gives (no listing of a folder), the
+        first place found; None if none of them holds it."""
+        folder, ready = self.folder, self.folder.at(State.READY)
         for state in (State.DONE, State.DEAD, State.WAITING):
             if folder.at(state).is_dir(job_id):
-                found[state] = folder.at(state) / job_id
-        ready = self._in_ready(job_id)
-        if ready is not None:
-            found[State.READY] = folder.at(State.READY) / ready
+                return state, folder.at(state) / job_id
+        if State.READY not in self._listed and ready.is_dir(usual := ready_name(job_id, 0)):
+            return State.READY, ready / usual  # the usual priority first: one look
         for owner in self._owner_dirs():
             place = owner.dir / f"{owner.name}/{job_id}"
             if place.is_dir():
-                found[State.CLAIMED] = place
-                break
-        return found
+                return State.CLAIMED, place
+        name = self._in_ready(job_id)
+        return None if name is None else (State.READY, ready / name)
 
     def locate_or_none(self, job_id: str) -> tuple[State, Entry] | None:
         """Where `job_id` is (one place), or None if nowhere."""
-        for state, place in self.by_name(job_id).items():
-            return state, place
+        found = self.by_name(job_id)
+        if found is not None:
+            return found
         name = self._listing(State.SCHEDULED).get(job_id)
         if name is not None:
             return State.SCHEDULED, self.folder.at(State.SCHEDULED) / name
@@ -209,11 +210,10 @@ class Places:
         return found
 
     def _in_ready(self, job_id: str) -> str | None:
+        """Its `ready/` name at any priority: from this turn's listing, or by probing each."""
         ready = self.folder.at(State.READY)
         if State.READY in self._listed:
             return self._listed[State.READY].get(job_id)
-        if ready.is_dir(usual := ready_name(job_id, 0)):
-            return usual
         if self._probes > _folder_size(ready):
             return self._listing(State.READY).get(job_id)
         self._probes += len(PRIORITIES)
