@@ -5,6 +5,8 @@ job. It starts no processes and never imports `supervisor`.
 
     QUEUE/
       queue.json            marker: kind, format version, shared mode, defaults
+      incoming/UID/ID.json  a member's submission (a shared queue), taken in by a manager (jobs.incoming)
+      taken/ID              the ids of members' submissions taken in lately
       tmp/                  submissions being written; invisible to managers
       ready/RRR.ID          claimable now; RRR = 100 - priority, so names sort in claim order
       scheduled/DUE.RRR.ID  waiting until DUE (epoch milliseconds, 13 digits)
@@ -14,7 +16,7 @@ job. It starts no processes and never imports `supervisor`.
       dead/ID               cannot be completed (terminal)
       quarantine/           entries that were not jobs, each with a NAME.why note
       purged.log            one line per job an operator purged
-      schedules/, ticks/    periodic jobs, and the ticks each fired (jobs.schedules, jobs.ticks)
+      schedules/, ticks/    periodic jobs, the ticks each fired, the tick ids' secret (jobs.ticks)
       keys/                 which job holds each unique key (jobs.keys)
 
 A job directory holds `job.json` (the immutable spec: only what the submitter
@@ -27,6 +29,7 @@ limit, backoff) is resolved by the claiming manager: see `jobs.policy`.
 Transitions, each one rename(2) of the job directory:
 
     enqueue   tmp/ID                -> ready/RRR.ID, scheduled/DUE.RRR.ID or waiting/ID
+    take in   incoming/UID/ID.json  -> (as an enqueue, written by the owner's manager)
     settle    waiting/ID            -> ready/RRR.ID or dead/ID (what it depends on ended)
     claim     ready/RRR.ID          -> claimed/OWNER/ID   (then attempts += 1, attempt-N/policy.json)
     give back claimed/OWNER/ID      -> ready/RRR.ID       (a function this claimer does not run: untouched)
