@@ -73,7 +73,7 @@ else
     # which they make on first use; a manager takes each file in as the owner's job, knowing
     # who submitted it from the folder's owner (docs/FORMAT.md, "Submitting from any language").
     mine="$queue/incoming/$(id -u)"
-    [ -d "$mine" ] || mkdir -m 770 "$mine" 2>/dev/null || [ -d "$mine" ] ||
+    [ -d "$mine" ] || (umask 007 && mkdir "$mine") 2>/dev/null || [ -d "$mine" ] ||
         { echo "submit.sh: cannot make $mine (is this a shared queue you are a member of?)" >&2; exit 111; }
     [ "$(stat -c %u "$mine")" = "$(id -u)" ] ||
         { echo "submit.sh: $mine belongs to another user: ask the queue's owner to remove it" >&2; exit 111; }

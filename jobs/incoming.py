@@ -115,12 +115,23 @@ def my_folder(folder: QueueFolder) -> Entry:
 
 
 def _make_member_folder(incoming: Dir, name: str) -> None:
-    os.mkdir(name, 0o700, dir_fd=incoming.fd)
-    fd = os.open(name, OPEN_DIR, dir_fd=incoming.fd)
+    """Make `incoming/NAME` with its mode whatever the umask, under a dot-name first (which
+    managers pass over), so that no manager sees it half made; FileExistsError if it is there."""
+    staging = f".{name}.{os.getpid()}.new"
+    os.mkdir(staging, 0o700, dir_fd=incoming.fd)
     try:
-        os.fchmod(fd, FOLDER_MODE)  # the owner group's bits whatever the umask (its setgid comes from incoming/)
-    finally:
-        os.close(fd)
+        fd = os.open(staging, OPEN_DIR, dir_fd=incoming.fd)
+        try:
+            os.fchmod(fd, FOLDER_MODE)  # the owner group's bits (its setgid comes from incoming/)
+        finally:
+            os.close(fd)
+        files.move(staging, name, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
+    except MoveCollision:
+        os.rmdir(staging, dir_fd=incoming.fd)
+        raise FileExistsError(name) from None
+    except BaseException:
+        os.rmdir(staging, dir_fd=incoming.fd)
+        raise
 
 
 def submit(folder: QueueFolder, build: Callable[[str], bytes], *, durable: bool) -> str:
@@ -213,7 +224,7 @@ class Intake:
         self.more = False  # the last take-in stopped at its budget or time: call again soon
         self.skipped: dict[str, str] = {}  # folders and entries set aside (incoming/NAME...) -> why (the first 100)
         self.skipped_count = 0
-        self._set_aside: set[tuple[str, int, int]] = set()  # (name, inode, ctime ns) not to look at again
+        self._set_aside: set[tuple[str, int, int, int]] = set()  # entries not to look at again until they change
         self._aside_names: set[str] = set()  # their names (NAME or NAME/ENTRY): a quick first look
         self._turn = 0  # which member's folder comes first
 
@@ -240,6 +251,7 @@ class Intake:
                 source.handle.close()
         if leftovers:
             forget_taken(self.folder, now)
+            _drop_abandoned_folders(self.folder, now)
         return handled
 
     def _picked(self, sources: list[_Source], budget: int, leftovers: bool) -> Iterator[tuple[_Source, str]]:
@@ -261,8 +273,8 @@ class Intake:
             found = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listed)
         sources = []
         for name, status in found:
-            if self._is_set_aside(name, status):
-                continue
+            if name.startswith(".") or self._is_set_aside(name, status):
+                continue  # a member's folder being made, or one that has not changed since it was set aside
             if not stat.S_ISDIR(status.st_mode):
                 self._refuse_flat(incoming / name, status)
                 continue
@@ -318,7 +330,7 @@ class Intake:
 
     def _set_aside_entry(self, shown: str, name: str, status: os.stat_result, why: str) -> None:
         """Not to be looked at again until it changes (its inode or change time)."""
-        key = (name, status.st_ino, status.st_ctime_ns)
+        key = _unchanged_key(name, status)
         if key in self._set_aside:
             return
         self._set_aside.add(key)
@@ -329,7 +341,7 @@ class Intake:
         log.warning("set aside %s: %s", shown, why)
 
     def _is_set_aside(self, name: str, status: os.stat_result) -> bool:
-        return name in self._aside_names and (name, status.st_ino, status.st_ctime_ns) in self._set_aside
+        return name in self._aside_names and _unchanged_key(name, status) in self._set_aside
 
     def _aside(self, source: _Source, name: str) -> bool:
         """Whether an entry of a member's folder was set aside and has not changed since."""
@@ -340,6 +352,12 @@ class Intake:
             return self._is_set_aside(key, source.handle.lstat(name))
         except OSError:
             return False
+
+
+def _unchanged_key(name: str, status: os.stat_result) -> tuple[str, int, int, int]:
+    """What must stay the same for an entry set aside to stay so: its name, inode, change time
+    and mode (a change time is coarse: a chmod in the same tick as the mkdir keeps it)."""
+    return name, status.st_ino, status.st_ctime_ns, status.st_mode
 
 
 def _unusable(status: os.stat_result, group: int) -> str | None:
@@ -575,6 +593,20 @@ def _dated_problem(job_id: str, published: os.stat_result) -> str | None:
         "members' submissions are dated after the moment they are published, so that no id already "
         "in the queue can be submitted again (forkvisor submit does it; docs/FORMAT.md)"
     )
+
+
+def _drop_abandoned_folders(folder: QueueFolder, now: float) -> None:
+    """Remove the empty dot-folders of incoming/ left by members' submits that died while
+    making their folder (the owner of a sticky folder may remove any empty one of it)."""
+    incoming = folder.at(State.INCOMING)
+    for name in incoming.names():
+        if not name.startswith(".") or not name.endswith(".new"):
+            continue
+        try:
+            if now - incoming.lstat(name).st_mtime >= TMP_AGE:
+                os.rmdir(name, dir_fd=incoming.fd)
+        except OSError:
+            continue  # gone, not empty, or not a folder: not ours to judge
 
 
 def forget_taken(folder: QueueFolder, now: float, budget: int = 10_000) -> int:
