@@ -82,7 +82,7 @@ from jobs.errors import (
     storage_error,
 )
 from jobs.fate import Cause, Reason
-from jobs.folder import DRAIN_FILE
+from jobs.folder import CANCEL_FILE, DRAIN_FILE
 from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, unknown_liveness
@@ -103,6 +103,7 @@ from jobs.view import OwnerFolder
 QUEUE_DEFAULTS = MappingProxyType(_BUILT_IN)  # every queue setting's value where queue.json sets none
 
 __all__ = [
+    "CANCEL_FILE",
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DEFAULT_MISSED",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 from jobs import Claim
 from supervisor import forking, limits
@@ -35,6 +35,8 @@ class Children:
         self.forks = Backoff(FORK_BACKOFF_MIN, FORK_BACKOFF_MAX)
         self._next_memory_check = 0.0
         self._drain_deadline: float | None = None
+        self.on_start: Callable[[Running], None] | None = None  # told of each child started
+        self.on_end: Callable[[Running], None] | None = None  # and of each reaped
 
     def has_room(self, now: float) -> bool:
         """A free slot, and no recent fork failure to wait out."""
@@ -57,7 +59,9 @@ class Children:
             self.forks.failed(time.monotonic())
             raise
         self.forks.succeeded()
-        self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue)
+        running = self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue)
+        if self.on_start is not None:
+            self.on_start(running)
         return pid
 
     def reaped(self) -> Iterator[tuple[Running | None, forking.ExitStatus]]:
@@ -65,6 +69,8 @@ class Children:
         for status in forking.reap_nowait():
             running = self.running.pop(status.pid, None)
             if running is not None:
+                if self.on_end is not None:
+                    self.on_end(running)
                 if running.stopped is not None:  # we stopped it: its leftovers go, even if they ignore SIGTERM
                     forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
                 else:  # a job ends with its child: what it left in its process group goes too
@@ -91,11 +97,19 @@ class Children:
             running.stopped = running.stopped or Stop.DRAIN
             self._signal(running, signal.SIGKILL)
 
-    def check_claims(self, queue: int, claim_state: Callable[[Claim], tuple[bool, bool]], now: float) -> None:
+    def check_claims(
+        self,
+        queue: int,
+        claim_state: Callable[[Claim], tuple[bool, bool]],
+        now: float,
+        only: Collection[str] | None = None,
+    ) -> None:
         """Kill the jobs of the `queue`-th queue whose claim a sweeper took back; stop those an
-        operator cancelled. `claim_state` says whether a claim still holds and whether its
-        job was cancelled."""
+        operator cancelled (of those whose ids are in `only`, if given). `claim_state` says
+        whether a claim still holds and whether its job was cancelled."""
         for running in self.of(queue):
+            if only is not None and running.claim.job_id not in only:
+                continue
             try:
                 held, cancelled = claim_state(running.claim)
             except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat

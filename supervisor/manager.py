@@ -108,6 +108,8 @@ class Manager:
         self.phase = Phase.NEW
         self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
         self.wakeups = Wakeups(opened, options.poll_interval)
+        self.children.on_start = self.wakeups.follow_job  # an operator's cancel reaches a job at once
+        self.children.on_end = self.wakeups.forget_job
         self.notifier = Notifier()  # systemd's Type=notify, when it asked
         self.budget = Budget(options.max_jobs, options.max_runtime)
         self.title = ManagerTitle(" ".join(str(queue.path) for queue in opened), options.concurrency)

@@ -74,6 +74,7 @@ class Served:
         self.replaced: QueueReplaced | None = None  # its folders changed under us: the manager drains, then fails
         self._request_drain = request_drain
         self._stats_due = 0.0
+        self._cancelled: set[str] = set()  # running jobs whose folder gained a `cancel` mark
         self._stats_written = 0  # `tally.changes` when the counters were last written
 
     def register_at_start(self) -> None:
@@ -100,6 +101,8 @@ class Served:
         if news.missed:
             queue.note_ready_missed()
         self.take_in_due = self.take_in_due or news.incoming
+        if news.cancelled:
+            self._cancelled.update(news.cancelled)
         if news.poll:
             self.check_folders()
             self._reload_settings()
@@ -163,6 +166,9 @@ class Served:
         counters when they changed, at most every `STATS_EVERY` seconds."""
         if now >= self._stats_due:
             self.write_stats(now)
+        if self._cancelled:  # an operator's cancel marked them (inotify): stop them now, not at the heartbeat
+            children.check_claims(self.index, self.queue.claim_state, now, only=self._cancelled)
+            self._cancelled = set()
         if not self.tenancy.heartbeat_due(now):
             return
         self.check_folders()

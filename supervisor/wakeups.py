@@ -19,9 +19,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs import DRAIN_FILE, PAUSE_FILE, Queue, State
+from jobs import CANCEL_FILE, DRAIN_FILE, PAUSE_FILE, Queue, State
+from supervisor.running import Running
 from supervisor.signals import SignalPipe
-from supervisor.watch import Watch, open_watch
+from supervisor.watch import IN_CREATE, Watch, open_watch
 
 log = logging.getLogger(__name__)
 MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
@@ -32,7 +33,7 @@ class News:
     loop turns once or twice per job, and every object it makes is a page the manager may
     write after a fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    __slots__ = ("drain", "incoming", "missed", "pause", "poll", "ready")
+    __slots__ = ("cancelled", "drain", "incoming", "missed", "pause", "poll", "ready")
 
     def __init__(self) -> None:
         self.reset()
@@ -44,6 +45,7 @@ class News:
         self.drain = False  # a new drain request stands in the queue folder
         self.pause = False  # the queue's pause file changed
         self.poll = False  # time for the safety net: look at everything
+        self.cancelled: Sequence[str] = ()  # running jobs whose folder gained a `cancel` mark
 
 
 class Wakeup:
@@ -67,6 +69,8 @@ class QueueWatch:
         self.news = News()
         self.watch: Watch | None = None
         self._drain_at_start: tuple[int, int] | None = None
+        self._jobs: dict[str, tuple[str, int]] = {}  # running job id -> its folder's path, its watch
+        self._job_at: dict[str, str] = {}  # a running job's folder's path -> its id
 
     def note_drain_at_start(self) -> None:
         """The drain request standing now is not for this manager (see the module's docstring)."""
@@ -78,6 +82,26 @@ class QueueWatch:
         self.watch = open_watch([queue.state_path(State.READY), queue.path, queue.state_path(State.INCOMING)])
         for member in queue.member_folders():
             self._watch_member(member)
+
+    def follow_job(self, job_id: str, folder: str) -> None:
+        """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` mark: an operator's
+        cancel stops it at once, not at the manager's next heartbeat (which still looks: on
+        NFS another host's mark makes no event here)."""
+        if self.watch is None:
+            return
+        try:
+            wd = self.watch.add(folder, IN_CREATE)
+        except OSError:
+            return  # (moved meanwhile: its end is near) the heartbeat looks for its mark
+        self._jobs[job_id] = folder, wd
+        self._job_at[folder] = job_id
+
+    def forget_job(self, job_id: str) -> None:
+        """Stop watching the folder of a job whose child ended."""
+        found = self._jobs.pop(job_id, None)
+        if found is not None and self.watch is not None:
+            self._job_at.pop(found[0], None)
+            self.watch.remove(found[1])
 
     def _watch_member(self, folder: Path) -> None:
         """Watch a member's submission folder too (what they submit lands there, not in
@@ -96,13 +120,17 @@ class QueueWatch:
             return
         ready, incoming = self.queue.state_path(State.READY), self.queue.state_path(State.INCOMING)
         names: list[str] = []
+        cancelled: list[str] = []
         found = self.news
-        found.ready = names
+        found.ready, found.cancelled = names, cancelled
         for folder, name in self.watch.read():
             if folder is None:
                 found.missed = True
             elif folder == ready:
                 names.append(name)
+            elif isinstance(folder, str):  # a running job's folder (the only ones watched by a string)
+                if name == CANCEL_FILE and folder in self._job_at:
+                    cancelled.append(self._job_at[folder])
             elif folder == incoming:
                 found.incoming = True
                 self._watch_member(incoming / name)
@@ -167,6 +195,13 @@ class Wakeups:
             watch.open()
             if watch.watch is not None:
                 self._selector.register(watch.watch.fd, selectors.EVENT_READ, watch)
+
+    def follow_job(self, running: Running) -> None:
+        """Watch a started job's folder for its `cancel` mark (see `QueueWatch.follow_job`)."""
+        self.watches[running.queue].follow_job(running.claim.job_id, running.claim.place.path)
+
+    def forget_job(self, running: Running) -> None:
+        self.watches[running.queue].forget_job(running.claim.job_id)
 
     @property
     def fds(self) -> list[int]:

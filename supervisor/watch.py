@@ -33,7 +33,7 @@ class Watch:
         self.fd = _libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self._folders: dict[int, Path] = {}
+        self._folders: dict[int, Path | str] = {}
         try:
             for folder in folders:
                 self.add(folder)
@@ -41,21 +41,26 @@ class Watch:
             os.close(self.fd)
             raise
 
-    def add(self, folder: Path) -> None:
-        """Watch one more folder (never through a link standing at its name)."""
-        wd = _libc.inotify_add_watch(
-            self.fd, os.fsencode(folder), IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW
-        )
+    def add(self, folder: Path | str, mask: int = IN_CREATE | IN_MOVED_TO) -> int:
+        """Watch one more folder for `mask`'s events (new entries by default), never through a
+        link standing at its name; return the watch's descriptor."""
+        wd: int = _libc.inotify_add_watch(self.fd, os.fsencode(folder), mask | IN_ONLYDIR | IN_DONT_FOLLOW)
         if wd < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"cannot watch {folder}: {os.strerror(err)}")
         self._folders[wd] = folder
+        return wd
+
+    def remove(self, wd: int) -> None:
+        """Stop watching what `add` returned `wd` for (quietly: the folder may be gone)."""
+        if self._folders.pop(wd, None) is not None:
+            _libc.inotify_rm_watch(self.fd, wd)
 
     @property
     def watched(self) -> int:
         return len(self._folders)
 
-    def read(self) -> Iterator[tuple[Path | None, str]]:
+    def read(self) -> Iterator[tuple[Path | str | None, str]]:
         """(folder, name) of each new entry; (None, "") when events were lost."""
         while True:
             try:
@@ -68,7 +73,7 @@ class Watch:
                 raise
             yield from self._parse(data)
 
-    def _parse(self, data: bytes) -> Iterator[tuple[Path | None, str]]:
+    def _parse(self, data: bytes) -> Iterator[tuple[Path | str | None, str]]:
         offset = 0
         while offset < len(data):
             wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
