@@ -52,6 +52,7 @@ class Owner:
     started: float = 0.0
     pid_namespace: str | None = None
     concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
+    runs: str | None = None  # the cgroup folder holding its runs' cgroups (None: its runs have none)
 
     @classmethod
     def new(cls, pid: int | None = None, **details: Any) -> Owner:
@@ -82,6 +83,7 @@ class Owner:
             _is_number(owner.lease) and owner.lease > 0,
             _is_number(owner.started),
             owner.concurrency is None or (_is_number(owner.concurrency) and isinstance(owner.concurrency, int)),
+            owner.runs is None or isinstance(owner.runs, str),
         ]
         if not all(checks):
             raise InvalidJob(f"owner file has a field of the wrong type: {owner}")

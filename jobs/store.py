@@ -600,13 +600,15 @@ class Queue:
         is_alive: Callable[[Owner], bool | None],
         tmp_age: float = TMP_AGE,
         functions: Functions | None = None,
+        end_leftovers: sweep.EndLeftovers | None = None,
     ) -> dict[str, int]:
-        """One sweep: revert dead or expired owners' claims, promote due scheduled jobs,
-        quarantine abandoned submissions. `now` is the file system's clock; `functions`
-        resolve a lost run's policy when its claimer recorded none. Each chore runs even if
-        another fails; the first failure is raised after all have run."""
+        """One sweep: revert dead or expired owners' claims (first ending, with `end_leftovers`,
+        what their runs left on this host), promote due scheduled jobs, quarantine abandoned
+        submissions. `now` is the file system's clock; `functions` resolve a lost run's
+        policy when its claimer recorded none. Each chore runs even if another fails; the
+        first failure is raised after all have run."""
         self.last_sweep_skips = skips = sweep.Skips()
-        return sweep.sweep(self.folder, now, is_alive, self._index.add, tmp_age, functions, skips)
+        return sweep.sweep(self.folder, now, is_alive, self._index.add, tmp_age, functions, skips, end_leftovers)
 
     def promote_due(self, now: float | None = None) -> list[str]:
         """Move every due `scheduled/` job to `ready/` now; return their ids."""

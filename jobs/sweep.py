@@ -73,6 +73,12 @@ class Skips:
             return None
 
 
+EndLeftovers = Callable[[Owner], bool]
+"""Before a dead owner's claims go back: end what its runs left running on this host, and
+say whether nothing is left (False: not yet; the owner is reaped at a later sweep). The
+process side knows how (`supervisor.containment`); the store never kills a process."""
+
+
 def sweep(
     folder: QueueFolder,
     now: float,
@@ -81,6 +87,7 @@ def sweep(
     tmp_age: float,
     functions: Functions | None,
     skips: Skips,
+    end_leftovers: EndLeftovers | None = None,
 ) -> dict[str, int]:
     """Revert dead or expired owners' claims, promote due scheduled jobs, quarantine
     abandoned submissions; return how many entries each chore handled (and how many owners
@@ -88,7 +95,7 @@ def sweep(
     if another fails; the first failure is raised after all have run."""
 
     def reap() -> dict[str, int]:
-        reverted, expired = reap_owners(folder, now, is_alive, on_ready, functions, skips)
+        reverted, expired = reap_owners(folder, now, is_alive, on_ready, functions, skips, end_leftovers)
         return {"reverted": reverted, "expired": expired}
 
     chores: list[Callable[[], dict[str, int]]] = [
@@ -116,9 +123,11 @@ def reap_owners(
     on_ready: Callable[[str], None],
     functions: Functions | None = None,
     skips: Skips | None = None,
+    end_leftovers: EndLeftovers | None = None,
 ) -> tuple[int, int]:
     """Return claims of dead or expired owners to the queue; return how many jobs moved and
-    how many owners were found dead or expired (and fenced) by this sweep.
+    how many owners were found dead or expired (and fenced) by this sweep. Before an
+    owner's claims go back, `end_leftovers` ends what its runs left on this host.
     A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
     else the one `functions` and the queue resolve."""
     skips = skips or Skips()
@@ -126,14 +135,20 @@ def reap_owners(
     claimed = folder.at(State.CLAIMED)
     jobs = owners = 0
     for name in claimed.names():
-        reaped = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive)
+        reaped = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive, end_leftovers)
         moved, fenced = reaped or (0, 0)
         jobs, owners = jobs + moved, owners + fenced
     return jobs, owners
 
 
 def _reap(
-    folder: QueueFolder, revert: _Reverter, claimed: Dir, name: str, now: float, is_alive: Liveness
+    folder: QueueFolder,
+    revert: _Reverter,
+    claimed: Dir,
+    name: str,
+    now: float,
+    is_alive: Liveness,
+    end_leftovers: EndLeftovers | None = None,
 ) -> tuple[int, int]:
     owner_dir = claimed / name
     problem = entry_problem(owner_dir)
@@ -145,9 +160,12 @@ def _reap(
     if not is_owner_name(name):
         folder.quarantine(owner_dir, "not an owner folder (HOST.PID.XXXXXX)", now)
         return 0, 0
-    cause = _why_gone(owner_dir, now, is_alive)
+    cause, owner = _why_gone(owner_dir, now, is_alive)
     if cause is None:
         return 0, 0
+    if owner is not None and end_leftovers is not None and not end_leftovers(owner):
+        log.warning("not reaping %s yet (%s): what its runs left on this host is not gone yet", name, cause)
+        return 0, 0  # no run may overlap its retry on this host: the next sweep tries again
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
         files.move(name, fenced.name, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
@@ -158,8 +176,9 @@ def _reap(
     return revert.all(fenced, cause, now), 1
 
 
-def _why_gone(owner_dir: Entry, now: float, is_alive: Liveness) -> str | None:
-    """Why the owner no longer holds its claims, or None if it still does."""
+def _why_gone(owner_dir: Entry, now: float, is_alive: Liveness) -> tuple[str | None, Owner | None]:
+    """Why the owner no longer holds its claims, or None if it still does; and the owner,
+    as its owner file says (None if it says nothing readable)."""
     try:
         with owner_dir.open() as opened:
             try:
@@ -167,16 +186,16 @@ def _why_gone(owner_dir: Entry, now: float, is_alive: Liveness) -> str | None:
                 owner = Owner.from_json(files.read_limited(OWNER_FILE, 1 << 16, opened.fd))
             except (OSError, InvalidJob):
                 if now > os.fstat(opened.fd).st_mtime + DEFAULT_LEASE:
-                    return f"owner folder {owner_dir.name} has no readable owner file"
-                return None  # may be a registration in progress
+                    return f"owner folder {owner_dir.name} has no readable owner file", None
+                return None, None  # may be a registration in progress
     except FileNotFoundError:
-        return None  # retired or fenced by another sweeper meanwhile
+        return None, None  # retired or fenced by another sweeper meanwhile
     alive = is_alive(owner)
     if alive is False:
-        return f"owner {owner.name} (pid {owner.pid} on {owner.host}) is dead"
+        return f"owner {owner.name} (pid {owner.pid} on {owner.host}) is dead", owner
     if is_expired(owner, heartbeat, now):
-        return f"owner {owner.name} stopped heartbeating {now - heartbeat:.0f}s ago (lease {owner.lease:g}s)"
-    return None
+        return f"owner {owner.name} stopped heartbeating {now - heartbeat:.0f}s ago (lease {owner.lease:g}s)", owner
+    return None, owner
 
 
 def return_unheld(

@@ -64,6 +64,7 @@ struct job {
     int stdio[3];
     const char *cwd;
     pid_t manager;
+    int cgroup; /* the run's cgroup.procs, opened for writing, or -1: the child writes itself in */
     /* Written by the child in the memory it shares with the manager until it execs or exits. */
     volatile int stage, error;
 };
@@ -93,6 +94,8 @@ static void _Py_NO_RETURN child_exec(struct job *job) {
         stage = STAGE_ORPHANED; /* it died before the parent-death signal was armed */
         goto failed;
     }
+    if (job->cgroup >= 0 && write(job->cgroup, "0", 1) != 1)
+        goto failed; /* into the run's cgroup before the program runs: all it starts stays there */
     for (int fd = 0; fd < 3; fd++)
         if (dup2(job->stdio[fd], fd) < 0)
             goto failed;
@@ -130,8 +133,8 @@ static PyObject *spawn(PyObject *module, PyObject *args) {
     PyObject *candidates, *argv, *envp, *cwd;
     struct job job = {.stage = STAGE_RUNS, .error = 0};
     int manager;
-    if (!PyArg_ParseTuple(args, "O!O!O!iiiOi", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type, &envp,
-                          &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager))
+    if (!PyArg_ParseTuple(args, "O!O!O!iiiOii", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type, &envp,
+                          &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager, &job.cgroup))
         return NULL;
     if (cwd != Py_None && (job.cwd = PyBytes_AsString(cwd)) == NULL)
         return NULL; /* not bytes */

@@ -14,5 +14,6 @@ def spawn(
     stderr: int,
     cwd: bytes | None,
     manager: int,
+    cgroup: int,
     /,
 ) -> tuple[int, int, int]: ...

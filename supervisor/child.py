@@ -32,10 +32,16 @@ EXIT_COMMAND_NOT_FOUND, EXIT_CANNOT_EXEC = 127, 126  # as a shell reports a comm
 
 
 def run_attempt(
-    claim: Claim, registered: Registered, durable: bool, file_mode: int = 0o600, identity: Identity | None = None
+    claim: Claim,
+    registered: Registered,
+    durable: bool,
+    file_mode: int = 0o600,
+    identity: Identity | None = None,
+    cgroup: int = -1,
 ) -> int:
-    """Run one attempt of a Python job (as `identity`, if given); return the exit status for `os._exit`."""
-    run = _begin(claim, file_mode, identity)
+    """Run one attempt of a Python job (as `identity`, if given; in its run's cgroup, if its
+    `cgroup.procs` is given); return the exit status for `os._exit`."""
+    run = _begin(claim, file_mode, identity, cgroup)
     if run is None:
         return EXIT_ORPHANED
     spec = claim.spec
@@ -55,10 +61,12 @@ def run_attempt(
     return _write_result(run, value, durable, file_mode)
 
 
-def run_command(claim: Claim, command: Command, file_mode: int = 0o600, identity: Identity | None = None) -> int:
+def run_command(
+    claim: Claim, command: Command, file_mode: int = 0o600, identity: Identity | None = None, cgroup: int = -1
+) -> int:
     """Exec a command job's program in this child (as `identity`, if given, in a clean
-    environment); return an exit status only if exec failed."""
-    run = _begin(claim, file_mode, identity)
+    environment; in its run's cgroup, if given); return an exit status only if exec failed."""
+    run = _begin(claim, file_mode, identity, cgroup)
     if run is None:
         return EXIT_ORPHANED
     try:
@@ -92,12 +100,16 @@ def _enter(folder: str) -> None:
         raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
-def _begin(claim: Claim, file_mode: int, identity: Identity | None) -> int | None:
-    """What every job's child does first: title, output, pid, the user it runs as (given an
-    `identity`, the run's folder and output become theirs, then the child becomes them),
-    environment. (Its own random stream it already has: `random` reseeds itself in every
-    forked child.) Return the descriptor of the run's folder, through which every file of
-    the run is written; None if the folder is gone: a sweeper took the claim back before we started."""
+def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroup: int) -> int | None:
+    """What every job's child does first: into its run's cgroup (given one: every process the
+    job starts stays in it), title, output, pid, the user it runs as (given an `identity`, the
+    run's folder and output become theirs, then the child becomes them), environment. (Its
+    own random stream it already has: `random` reseeds itself in every forked child.) Return
+    the descriptor of the run's folder, through which every file of the run is written; None
+    if the folder is gone: a sweeper took the claim back before we started."""
+    if cgroup >= 0:
+        os.write(cgroup, b"0")  # as root still, when it runs as its submitter: the cgroup is the manager's
+        os.close(cgroup)
     set_title(
         Role.JOB,
         f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}",

@@ -11,12 +11,14 @@ memory) make the next ones wait a growing while.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Collection, Iterator
 
 from jobs import Claim
-from supervisor import forking, limits
+from supervisor import containment, forking, limits
+from supervisor.containment import CgroupRun
 from supervisor.pacing import Backoff
 from supervisor.running import Running, Stop
 
@@ -35,6 +37,8 @@ class Children:
         self.forks = Backoff(FORK_BACKOFF_MIN, FORK_BACKOFF_MAX)
         self._next_memory_check = 0.0
         self._drain_deadline: float | None = None
+        self._emptying: list[CgroupRun] = []  # the cgroups of ended runs, removed once empty
+        self.strays = False  # look for what ended runs left among our own children (no cgroups)
         self.on_start: Callable[[Running], None] | None = None  # told of each child started
         self.on_end: Callable[[Running], None] | None = None  # and of each reaped
 
@@ -49,17 +53,18 @@ class Children:
     def held(self, queue: int) -> set[str]:
         return {running.claim.job_id for running in self.of(queue)}
 
-    def start(self, claim: Claim, create: Callable[[], int], queue: int = 0) -> int:
+    def start(self, claim: Claim, create: Callable[[], int], queue: int = 0, box: CgroupRun | None = None) -> int:
         """Start the child of a job of the manager's `queue`-th queue with `create` (a fork or
-        a spawn, which returns its pid); OSError if the host cannot (EAGAIN, ENOMEM): the job
-        is fine, the caller puts it back, and the next start waits (see `forks`)."""
+        a spawn into `box`, its run's cgroup if it has one, which returns its pid); OSError if
+        the host cannot (EAGAIN, ENOMEM): the job is fine, the caller puts it back, and the
+        next start waits (see `forks`)."""
         try:
             pid = create()
         except OSError:
             self.forks.failed(time.monotonic())
             raise
         self.forks.succeeded()
-        running = self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue)
+        running = self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue, box=box)
         if self.on_start is not None:
             self.on_start(running)
         return pid
@@ -71,11 +76,22 @@ class Children:
             if running is not None:
                 if self.on_end is not None:
                     self.on_end(running)
-                if running.stopped is not None:  # we stopped it: its leftovers go, even if they ignore SIGTERM
-                    forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
-                else:  # a job ends with its child: what it left in its process group goes too
-                    forking.kill_group(running.pid)
+                self._end_run(running)
             yield running, status
+
+    def _end_run(self, running: Running) -> None:
+        """A job ends with its child: what it left goes too. Its cgroup, all of it; else its
+        process group (and, if we stopped it, every descendant seen), and the orphans it left
+        are found by their mark at the next check (`_end_strays`)."""
+        box = running.box
+        if box is not None:
+            box.kill()
+            if not box.remove():
+                self._emptying.append(box)  # removed once the kernel has killed them (`enforce`)
+        elif running.stopped is not None:  # we stopped it: its leftovers go, even if they ignore SIGTERM
+            forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
+        else:
+            forking.kill_group(running.pid)
 
     # -- stopping --------------------------------------------------------------------
 
@@ -129,6 +145,9 @@ class Children:
         check_memory = now >= self._next_memory_check
         if check_memory:
             self._next_memory_check = now + self.memory_poll
+            self._emptying = [box for box in self._emptying if not box.remove()]
+            if self.strays:
+                self._end_strays()
         for running in list(self.running.values()):
             if running.stopped is not None:
                 self._escalate(running, now)
@@ -163,9 +182,41 @@ class Children:
             self._signal(running, signal.SIGKILL)
             running.kill_at = None
 
+    def end_leftovers(self, timeout: float) -> None:
+        """At the manager's end, once no run is left: kill what ended runs left among our
+        children, and wait (at most `timeout` seconds) until the cgroups of ended runs are
+        empty, and remove them (the kernel kills their processes; it takes a moment)."""
+        if self.strays:
+            self._end_strays()
+        deadline = time.monotonic() + timeout
+        while True:
+            self._emptying = [box for box in self._emptying if not box.remove()]
+            if not self._emptying or time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)  # bounded: killed processes leave within milliseconds
+        for box in self._emptying:
+            log.warning("the cgroup %s still has processes after %gs; the next sweep removes it", box.path, timeout)
+
+    def _end_strays(self) -> None:
+        """Kill the orphans (adopted: the manager is a subreaper) of runs that ended, found by
+        their run's mark: where runs have no cgroup, what a job left in another session."""
+        live = {f"{running.claim.place.path}/attempt-{running.claim.run}" for running in self.running.values()}
+        for pid, pidfd, mark in containment.strays(set(self.running)):
+            try:
+                if mark not in live:
+                    log.warning("killing pid %d, left by the ended run %s", pid, mark)
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone meanwhile
+            finally:
+                os.close(pidfd)
+
     @staticmethod
     def _signal(running: Running, signum: signal.Signals) -> None:
-        """Signal the job's group and every descendant seen so far."""
+        """Signal every process of the job: its cgroup's; else its group and every descendant seen so far."""
+        if running.box is not None:
+            running.box.signal(signum)
+            return
         known = {process.pid for process in running.descendants}
         running.descendants += [p for p in forking.job_tree(running.pid) if p.pid not in known]
         forking.signal_tree(running.pid, signum, running.descendants)

@@ -107,12 +107,15 @@ def spawn(path: str, argv: list[str], env: dict[str, str], stdio: tuple[int, int
     return os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0, setsigmask=(), setsigdef=SPAWN_DEFAULTS)
 
 
-def vfork_exec(program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None) -> int:
+def vfork_exec(
+    program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None, cgroup: int = -1
+) -> int:
     """Start `program` (looked up in `env`'s PATH) as a forked child would be set up (its own
     process group, death with the manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at
-    their default) without copying the manager: `supervisor/_vfork.c`. Return its pid. If it
-    could not start, it has exited (70, 71, 126 or 127 as a forked child would) and why is
-    written to its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
+    their default, in its run's cgroup if `cgroup`, that cgroup's `cgroup.procs`, is given)
+    without copying the manager: `supervisor/_vfork.c`. Return its pid. If it could not
+    start, it has exited (70, 71, 126 or 127 as a forked child would) and why is written to
+    its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
     name = program[0]
     paths = [name] if os.path.dirname(name) else [os.path.join(folder, name) for folder in os.get_exec_path(env)]
     pid, stage, error = _vfork.spawn(
@@ -122,6 +125,7 @@ def vfork_exec(program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, 
         *stdio,
         None if cwd is None else os.fsencode(cwd),
         os.getpid(),
+        cgroup,
     )
     if stage not in (_vfork.STAGE_RUNS, _vfork.STAGE_ORPHANED):  # (orphaned: its manager is gone)
         _say_why(stage, error, name, cwd, stdio[2])

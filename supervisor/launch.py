@@ -15,6 +15,7 @@ from jobs import COMMAND, Claim, Command, JobsError, Queue, Registry, UnknownCal
 from supervisor import forking, privileges
 from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
+from supervisor.containment import CgroupRun, Containment, ProcessContainment
 from supervisor.errors import CannotRunAs, ConfigError
 from supervisor.outcomes import Outcomes, describe, job_fields
 from supervisor.spawner import RunGone, Spawner
@@ -36,6 +37,7 @@ class Launcher:
         label: str = "",
         spawner: Spawner | None = None,
         pass_env: Sequence[str] = (),
+        containment: Containment | None = None,
     ) -> None:
         """`index`: the queue's place in its manager's order (its children are counted by it);
         `label` names it in log lines where the manager serves several; `spawner`, if given,
@@ -48,23 +50,29 @@ class Launcher:
         self.commands = commands
         self.run_as_submitter = run_as_submitter
         self.spawner = spawner
+        self.containment = containment or ProcessContainment("none given")
         passed = {name: os.environ[name] for name in pass_env if name in os.environ}
         self._identities = privileges.Identities(passed)
 
     def launch(self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int]) -> None:
-        """Start the job's child; a job that cannot start here is dead, one the host cannot
-        start a process for goes back (its attempt not counted)."""
+        """Start the job's child (in its run's cgroup, where runs have one); a job that cannot
+        start here is dead, one the host cannot start a process for goes back (its attempt
+        not counted)."""
+        box = self.containment.new_run(claim.owner, claim.job_id, claim.run)
         try:
-            create = self.creator(claim, close_fds)
+            create = self.creator(claim, close_fds, box)
         except (JobsError, CannotRunAs) as exc:  # unknown function, malformed command, no such submitter
+            _discard(box)
             outcomes.unstarted(claim, exc)
             return
         try:
-            pid = children.start(claim, create, self.index)
+            pid = children.start(claim, create, self.index, box)
         except RunGone:
+            _discard(box)
             log.warning("job %s: its run folder is gone (a sweeper took the claim back); not started", claim.job_id)
             return
         except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
+            _discard(box)
             wait = children.forks.next_try - time.monotonic()
             fields = job_fields(claim, self.queue, "released")
             log.error(
@@ -76,25 +84,29 @@ class Launcher:
             )
             outcomes.fork_failed(claim, exc)
             return
+        if box is not None:
+            box.started()  # the child has its own descriptor of cgroup.procs: ours goes
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             fields = {**job_fields(claim, self.queue, "started"), "pid": pid}
             log.info("%s started as pid %d", describe(claim, self.label), pid, extra={"fields": fields})
 
-    def creator(self, claim: Claim, close_fds: list[int]) -> Callable[[], int]:
-        """What starts the job's child and returns its pid; JobsError (or CannotRunAs) if the
-        job cannot run here at all."""
+    def creator(self, claim: Claim, close_fds: list[int], box: CgroupRun | None = None) -> Callable[[], int]:
+        """What starts the job's child (into `box`, its run's cgroup, if given) and returns its
+        pid; JobsError (or CannotRunAs) if the job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
+        cgroup = -1 if box is None else box.procs
         body: Callable[[], int]
         if claim.spec.function == COMMAND:
             command = self._command(claim)
             spawner = self.spawner
-            if spawner is not None and identity is None:  # as a submitter: forked (see `spawner`)
+            # As a submitter, or into a cgroup a spawn cannot enter before its program runs: forked.
+            if spawner is not None and identity is None and (box is None or spawner.enters_cgroup):
                 environment = {**os.environ, **job_environment(claim), **command.env}
-                return lambda: spawner.spawn(claim, command, environment, queue.file_mode)
-            body = lambda: run_command(claim, command, queue.file_mode, identity)  # noqa: E731
+                return lambda: spawner.spawn(claim, command, environment, queue.file_mode, cgroup)
+            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroup)  # noqa: E731
         else:
             registered = self.registry.get(claim.spec.function)
-            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity)  # noqa: E731
+            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroup)  # noqa: E731
         return lambda: forking.start_child(body, close_fds)
 
     def _command(self, claim: Claim) -> Command:
@@ -120,6 +132,13 @@ class Launcher:
                 "owner allows it with `forkvisor config QUEUE root_jobs yes`, then `forkvisor retry`s it"
             )
         return self._identities.of(uid)
+
+
+def _discard(box: CgroupRun | None) -> None:
+    """A run's cgroup that no process entered: gone again."""
+    if box is not None:
+        box.started()
+        box.remove()
 
 
 def check_root(run_as_submitter: bool, members_as_root: bool, queues: Sequence[Queue]) -> None:

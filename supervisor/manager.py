@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 
 from jobs import Owner, Queue, Registry
-from supervisor import forking, logfiles, privileges
+from supervisor import containment, forking, logfiles, privileges
 from supervisor.budget import Budget
 from supervisor.children import Children
 from supervisor.errors import Stalled
@@ -91,6 +91,8 @@ class Manager:
         caps = queue_caps(opened, queue_concurrency or {})
         own = [for_queue(queue, settings) for queue in opened]  # each queue's settings
         spawner = Spawner.find() if any(each.commands for each in own) else None
+        self.containment = containment.detect(options.containment)
+        self.containment.prune()  # what dead managers of this host left empty
         several = len(opened) > 1  # then log lines say which queue a job came from
         self.served = tuple(
             Served(
@@ -102,11 +104,13 @@ class Manager:
                 self.request_drain,
                 label=str(queue.path) if several else "",
                 spawner=spawner,
+                containment=self.containment,
             )
             for index, queue in enumerate(opened)
         )
         self.phase = Phase.NEW
         self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
+        self.children.strays = self.containment.mode == "processes"  # orphans found by their mark
         self.wakeups = Wakeups(opened, options.poll_interval)
         self.children.on_start = self.wakeups.follow_job  # an operator's cancel reaches a job at once
         self.children.on_end = self.wakeups.forget_job
@@ -171,7 +175,10 @@ class Manager:
         self._set_title()
         self.notifier.ready(self._status_text())
         log.info(
-            "manager serving %s with concurrency %d", ", ".join(map(_described, self.served)), self.settings.concurrency
+            "manager serving %s with concurrency %d; runs contained by %s",
+            ", ".join(map(_described, self.served)),
+            self.settings.concurrency,
+            self.containment.describe(),
         )
 
     def run(self, burst: bool = False) -> int:
@@ -213,6 +220,7 @@ class Manager:
             for served in self.served:
                 served.outcomes.release_held()  # a manager that closes holding one is being cancelled too
             self._kill_all_and_reap()
+            self.children.end_leftovers(self.settings.kill_grace)
             for served in self.served:
                 served.close(self.settings.kill_grace)
         finally:

@@ -8,6 +8,7 @@ from enum import Enum
 import psutil
 
 from jobs import Claim
+from supervisor.containment import CgroupRun
 
 
 class Stop(Enum):
@@ -31,7 +32,8 @@ class Running:
     stopped: Stop | None = None  # set once the manager sends it SIGTERM (or SIGKILL)
     kill_at: float | None = None  # when SIGKILL follows the SIGTERM already sent
     lost: bool = False  # its claim was taken back: its end is recorded nowhere
-    descendants: list[psutil.Process] = field(default_factory=list)
+    descendants: list[psutil.Process] = field(default_factory=list)  # (where runs have no cgroup)
+    box: CgroupRun | None = None  # its run's cgroup, where runs have one
 
     @property
     def released(self) -> bool:

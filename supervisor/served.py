@@ -18,6 +18,7 @@ from collections.abc import Callable
 from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Queue, QueueReplaced, Registry
 from supervisor import forking, sweeper
 from supervisor.children import Children
+from supervisor.containment import Containment, ProcessContainment
 from supervisor.health import StoreHealth
 from supervisor.launch import Launcher
 from supervisor.leftovers import Leftovers
@@ -46,6 +47,7 @@ class Served:
         request_drain: Callable[[str], None],
         label: str = "",
         spawner: Spawner | None = None,
+        containment: Containment | None = None,
     ) -> None:
         """`settings` are the manager's with this queue's own filled in (`settings.for_queue`);
         `cap`, if given, bounds the manager's children running this queue's jobs;
@@ -59,11 +61,20 @@ class Served:
         self.functions = Functions(registry, commands=settings.commands)
         self.health = StoreHealth()
         share = settings.concurrency if cap is None else min(cap, settings.concurrency)
-        self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share)
         self.stats = queue.stats_file("manager")  # what `forkvisor metrics` and the web page count
         self.outcomes = Outcomes(queue, self.health, self.stats.tally, label)
+        self.containment = containment or ProcessContainment("none given")
+        self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share, self.containment)
         self.launcher = Launcher(
-            queue, registry, settings.commands, settings.run_as_submitter, index, label, spawner, settings.pass_env
+            queue,
+            registry,
+            settings.commands,
+            settings.run_as_submitter,
+            index,
+            label,
+            spawner,
+            settings.pass_env,
+            self.containment,
         )
         self.sweeper = sweeper.SweeperChild(
             queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name

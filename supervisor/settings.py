@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from jobs import QUEUE_DEFAULTS, TMP_AGE, Queue
+from supervisor.containment import MODES
 from supervisor.errors import ConfigError
 
 
@@ -37,6 +38,7 @@ class Settings:
     run_as_submitter: bool = False  # as root: run each job as the member who submitted it (privileges.py)
     pass_env: tuple[str, ...] = ()  # with run_as_submitter: the manager's variables its jobs get too
     members_as_root: bool = False  # as root, on a shared queue without run_as_submitter: said on purpose
+    containment: str = "auto"  # how a run's processes are kept together: auto, cgroup, processes (containment.py)
 
     def __post_init__(self) -> None:
         if not self.sweep_interval:
@@ -45,6 +47,8 @@ class Settings:
             raise ConfigError(f"max_jobs must be at least 1, got {self.max_jobs}")
         if self.max_runtime is not None and self.max_runtime <= 0:
             raise ConfigError(f"max_runtime must be greater than 0, got {self.max_runtime}")
+        if self.containment not in MODES:
+            raise ConfigError(f"containment is one of {', '.join(MODES)}, got {self.containment!r}")
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be at least 1, got {self.concurrency}")
         for name in ("lease", "sweep_interval", "kill_grace", "poll_interval", "memory_poll", "stall_timeout"):

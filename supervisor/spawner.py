@@ -56,9 +56,14 @@ class Spawner:
         module do not change under a running manager); None: command jobs are forked."""
         return _found()
 
-    def spawn(self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int) -> int:
-        """Start the command job's process; return its pid. RunGone if the run's folder is
-        gone (a sweeper took the claim back); OSError if the host cannot spawn."""
+    enters_cgroup = False  # whether its process can enter the run's cgroup before the program runs
+
+    def spawn(
+        self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int, cgroup: int = -1
+    ) -> int:
+        """Start the command job's process (in the run's cgroup, given its `cgroup.procs`:
+        only where `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a
+        sweeper took the claim back); OSError if the host cannot spawn."""
         try:
             run = run_folder.open_run(claim)
         except FileNotFoundError:
@@ -71,7 +76,7 @@ class Spawner:
             stdin, stdout, stderr = opened
             # Absolute, as os.chdir would take it: sh's cd looks a relative one up in $CDPATH.
             cwd = os.path.join(os.getcwd(), command.cwd) if command.cwd else None
-            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd)
+            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd, cgroup)
             try:
                 run_folder.write_pid(run, file_mode, pid)
             except OSError:
@@ -81,7 +86,14 @@ class Spawner:
             for fd in [*opened, run]:
                 os.close(fd)
 
-    def start(self, program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None) -> int:
+    def start(
+        self,
+        program: tuple[str, ...],
+        env: dict[str, str],
+        stdio: tuple[int, int, int],
+        cwd: str | None,
+        cgroup: int = -1,
+    ) -> int:
         """Start `program` with `stdio` as its 0, 1 and 2, in `cwd` (None: where the manager
         is); return its pid."""
         raise NotImplementedError
@@ -89,6 +101,8 @@ class Spawner:
 
 class Vforked(Spawner):
     """Through `supervisor/_vfork.c` (`forking.vfork_exec`)."""
+
+    enters_cgroup = True
 
     @classmethod
     def probe(cls) -> Vforked | None:
@@ -99,7 +113,7 @@ class Vforked(Spawner):
         spawner = cls()
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
-            status = forking.wait_for(spawner.start(("true",), dict(os.environ), (null, null, null), None), 10)
+            status = forking.wait_for(spawner.start(("true",), dict(os.environ), (null, null, null), None, -1), 10)
         except OSError as exc:
             log.info("command jobs are not vforked: %s", exc)
             return None
@@ -110,8 +124,15 @@ class Vforked(Spawner):
             return None
         return spawner
 
-    def start(self, program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None) -> int:
-        return forking.vfork_exec(program, env, stdio, cwd)
+    def start(
+        self,
+        program: tuple[str, ...],
+        env: dict[str, str],
+        stdio: tuple[int, int, int],
+        cwd: str | None,
+        cgroup: int = -1,
+    ) -> int:
+        return forking.vfork_exec(program, env, stdio, cwd, cgroup)
 
 
 @dataclass(frozen=True)
@@ -146,7 +167,14 @@ class Chained(Spawner):
         shell = [self.sh, "-c", CHECK, NAME, str(manager), cwd or ""]
         return [self.setpriv, "--pdeathsig", "KILL", "--", *shell, *program]
 
-    def start(self, program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None) -> int:
+    def start(
+        self,
+        program: tuple[str, ...],
+        env: dict[str, str],
+        stdio: tuple[int, int, int],
+        cwd: str | None,
+        cgroup: int = -1,
+    ) -> int:
         return forking.spawn(self.setpriv, self.argv(os.getpid(), cwd, program), env, stdio)
 
 

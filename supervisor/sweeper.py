@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs import Functions, JobsError, Planner, Queue, State, StatsFile
-from supervisor import forking, liveness
+from jobs import Functions, JobsError, Owner, Planner, Queue, State, StatsFile
+from supervisor import containment, forking, liveness
 from supervisor.pacing import Backoff
 from supervisor.titles import Role, set_title
 
@@ -129,7 +129,7 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
         queue.check_folders()  # a replaced state folder is not swept through the old handle
         now = queue.filesystem_now()
         queue.reload_settings()  # a lost run's attempt limit may come from them
-        done = queue.sweep(now, liveness.is_alive, tmp_age, functions)
+        done = queue.sweep(now, liveness.is_alive, tmp_age, functions, _end_leftovers)
         # For managers that do not watch it, and the leftovers of take-ins whose manager died:
         done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP, leftovers=True)
         if retention is not None:
@@ -140,6 +140,15 @@ def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: fl
     if any(done.values()):
         log.info("sweep of %s: %s", queue.path, ", ".join(f"{key} {value}" for key, value in done.items()))
     return done
+
+
+def _end_leftovers(owner: Owner) -> bool:
+    """What the runs of an owner being reaped left on this host goes before its jobs go back:
+    a dead owner's, or a stopped one's whose lease ran out (its runs are no longer its).
+    Elsewhere its lease, and the fencing rename, are all there is (docs/ARCHITECTURE.md)."""
+    if liveness.is_alive(owner) is None:
+        return True  # another host's: nothing here to end
+    return containment.end_leftovers(owner.runs, owner.name)
 
 
 class SweeperChild:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 
 from jobs import ClaimLost, Functions, JobsError, Owner, Queue, QueueError, storage_error
 from supervisor import liveness
+from supervisor.containment import Containment, ProcessContainment
 from supervisor.health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -19,9 +21,16 @@ class Tenancy:
     """Register, heartbeat, give back claims no child holds, and say when the owner was reaped."""
 
     def __init__(
-        self, queue: Queue, functions: Functions, lease: float, health: StoreHealth, concurrency: int | None = None
+        self,
+        queue: Queue,
+        functions: Functions,
+        lease: float,
+        health: StoreHealth,
+        concurrency: int | None = None,
+        containment: Containment | None = None,
     ) -> None:
         self.queue = queue
+        self.containment = containment or ProcessContainment("none given")
         self.functions = functions
         self.lease = lease
         self.concurrency = concurrency  # shown by `status` and the web page
@@ -70,7 +79,11 @@ class Tenancy:
             self.registered = False
 
     def _new_owner(self) -> None:
-        self.owner = liveness.this_owner(self.lease, self.queue.filesystem_now(), self.concurrency)
+        if self.owner is not None:  # reaped: its runs' place goes once the reaper emptied it
+            self.containment.close_owner(self.owner.name)
+        owner = liveness.this_owner(self.lease, self.queue.filesystem_now(), self.concurrency)
+        self.owner = replace(owner, runs=self.containment.runs_folder(owner.name))  # where a reaper finds its runs
+        self.containment.open_owner(owner.name)
         self.queue.register_owner(self.owner, self.functions)
         self.registered = True
         self._skips_recorded = {}  # a new owner folder: what it skips is written there anew
@@ -109,3 +122,4 @@ class Tenancy:
         """Remove the owner folder (its leftovers stay for the sweepers)."""
         if self.owner is not None:
             self.queue.retire_owner(self.owner.name)
+            self.containment.close_owner(self.owner.name)

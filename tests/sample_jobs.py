@@ -301,3 +301,11 @@ next_release = Registry()
 @next_release.job(name="sample.added_later", max_attempts=4)
 def added_later(value: Any = None) -> dict[str, Any]:
     return {"value": value, "manager": os.getppid()}
+
+
+@registry.job(name="sample.tree")
+def tree(kind: str, mark: str, log: str, then: str = "block") -> None:
+    """Start a tree of processes (tests/tree_job.py) from Python; block (or end) on the first run."""
+    from tests import tree_job
+
+    tree_job.run(kind, mark, log, then)

@@ -49,6 +49,15 @@ def _queue_caps(text: str) -> list[tuple[Path, int]]:
     return [queue_cap(part.strip()) for part in text.split(",") if part.strip()]
 
 
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def read(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+
+    return read
+
+
 RUN: dict[str, Callable[[str], Any]] = {
     "app": str,
     "path": _paths,
@@ -69,17 +78,9 @@ RUN: dict[str, Callable[[str], Any]] = {
     "no_durable": _flag,
     "user": str,
     "run_as_submitter": _flag,
+    "containment": _one_of(("auto", "cgroup", "processes")),
 }
 """The options of `forkvisor run` that the environment may give, and how each is read."""
-
-
-def _one_of(choices: tuple[str, ...]) -> Callable[[str], str]:
-    def read(text: str) -> str:
-        if text not in choices:
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(choices)}")
-        return text
-
-    return read
 
 
 LOGGING: dict[str, Callable[[str], Any]] = {

@@ -94,6 +94,12 @@ def _add_run(commands: Commands[Parser]) -> None:
         help="with --run-as-submitter: jobs get this variable of the manager's too (repeatable; by default none)",
     )
     run.add_argument(
+        "--containment",
+        choices=("auto", "cgroup", "processes"),
+        help="how each run's processes are kept together: a cgroup per run where this process may make them, "
+        "else found by their parent and their mark (auto: the first that works here)",
+    )
+    run.add_argument(
         "--members-as-root",
         action="store_true",
         help="as root, on a shared queue, without --run-as-submitter: run members' jobs as root, on purpose",
@@ -115,6 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in ("concurrency", "max_jobs", *timing)}
     given.update(commands=args.commands, run_as_submitter=args.run_as_submitter or None)
     given.update(pass_env=tuple(args.pass_env) or None, members_as_root=args.members_as_root or None)
+    given.update(containment=args.containment)
     settings = {name: value for name, value in given.items() if value is not None}
     manager = Manager(queues, registry, queue_concurrency=dict(args.queue_concurrency), **settings)
     return manager.run(burst=args.burst)

@@ -1,0 +1,467 @@
+"""Every process a job starts belongs to its run: the manager finds, signals, freezes and
+kills them all, including those that left the job's process group (`setsid`, a double
+fork), and no run outlives its end or overlaps its retry on this host.
+
+Two ways, chosen when a manager starts (`detect`), said in its log and by `status`:
+
+- **cgroup**: where this process may make cgroups below its own (cgroup v2: a service
+  with systemd's `Delegate=yes`, a container or an allocation that gives a writable
+  subtree, or root), each run gets one, `<own cgroup>/forkvisor/<owner>/<job>.<run>`.
+  The job's child enters it before any of the job's code runs, and every process it
+  starts stays in it (leaving needs write access to a cgroup above, which a job run as
+  its submitter has not). The manager kills a run with `cgroup.kill` (the kernel, all at
+  once, pids never involved), sends other signals to the members `cgroup.procs` lists
+  (each through a pidfd checked to be still in the run), freezes it with `cgroup.freeze`,
+  and removes it once empty. The owner file says where its runs are: whoever reaps a dead
+  owner on this host kills what is left there and waits for it to be gone before a job
+  goes back.
+- **processes**: elsewhere. The manager is a child subreaper (what a job leaves when its
+  parent exits comes to it), and every process of a run that a job started with exec
+  carries its run in its environment (`FORKVISOR_ATTEMPT_DIR`, which names the owner's
+  folder): the orphans it adopts, and a dead owner's leftovers found in /proc by that
+  mark, are killed, each through a pidfd opened and checked before the signal, never by
+  a bare pid. A process that both leaves the process group and drops its environment
+  without exec (a Python daemon double-forking itself) can escape this mode: docs/
+  ARCHITECTURE.md says what each mode guarantees.
+
+What this module does not do: decide when (that is `children`, `outcomes`, the sweeper).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import select
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from jobs.lease import is_owner_name
+from supervisor.errors import Unavailable
+
+log = logging.getLogger(__name__)
+FOLDER = "forkvisor"  # below the manager's own cgroup: runs of every owner of this host's managers there
+MODES = ("auto", "cgroup", "processes")
+RUN_MARK = "FORKVISOR_ATTEMPT_DIR"  # in the environment of every process a run execs (`child.job_environment`)
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+# -- finding where runs may go ---------------------------------------------------------------
+
+
+def cgroup2_mount() -> str | None:
+    """Where the cgroup v2 hierarchy is mounted (the unified one, on a hybrid host), or None."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                before, _, after = line.partition(" - ")
+                if after.split(" ", 1)[0] == "cgroup2":
+                    return before.split(" ")[4].replace("\\040", " ")
+    except OSError:
+        pass
+    return None
+
+
+def own_cgroup(mount: str) -> str | None:
+    """This process's cgroup in the v2 hierarchy, as a folder below `mount`; None if it has none."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as groups:
+            for line in groups:
+                hierarchy, _, rest = line.rstrip("\n").partition(":")
+                controllers, _, path = rest.partition(":")
+                if hierarchy == "0" and controllers == "":
+                    return os.path.join(mount, path.lstrip("/"))
+    except OSError:
+        pass
+    return None
+
+
+def detect(preference: str = "auto") -> Containment:
+    """How this manager contains its runs: cgroups where it may make them below its own,
+    processes otherwise (or as `preference` says; Unavailable if cgroups were asked for and
+    cannot be had)."""
+    if preference == "processes":
+        return ProcessContainment("asked for (--containment processes)")
+    base, why_not = _writable_base()
+    if base is not None:
+        return CgroupContainment(base)
+    if preference == "cgroup":
+        raise Unavailable(f"--containment cgroup: {why_not}")
+    return ProcessContainment(why_not)
+
+
+def _writable_base() -> tuple[str | None, str]:
+    mount = cgroup2_mount()
+    if mount is None:
+        return None, "no cgroup v2 hierarchy is mounted"
+    own = own_cgroup(mount)
+    if own is None or not os.path.isdir(own):
+        return None, "this process has no cgroup v2 of its own"
+    base = os.path.join(own, FOLDER)
+    probe = os.path.join(base, f".probe.{os.getpid()}")
+    try:
+        os.makedirs(base, exist_ok=True)
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as exc:
+        return None, f"its cgroup {own} is not delegated to it ({exc.strerror}: see docs/DEPLOYING.md)"
+    return base, ""
+
+
+# -- the two ways ------------------------------------------------------------------------------
+
+
+class Containment:
+    """How a manager contains its runs (see the module docstring)."""
+
+    mode = ""
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def runs_folder(self, owner: str) -> str | None:
+        """Where an owner's runs are, for its owner file (None: they are not in cgroups)."""
+        return None
+
+    def open_owner(self, owner: str) -> None:
+        """Make the place of an owner's runs (at registration)."""
+
+    def close_owner(self, owner: str) -> None:
+        """Remove the place of an owner's runs, if empty (when it stops)."""
+
+    def prune(self) -> None:
+        """Remove the empty places of dead owners' runs (at a manager's start)."""
+
+    def new_run(self, owner: str, job_id: str, run: int) -> CgroupRun | None:
+        """A cgroup for a run about to start (None: not in cgroups)."""
+        return None
+
+
+class ProcessContainment(Containment):
+    mode = "processes"
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def describe(self) -> str:
+        return f"processes (a run's processes are found by their parent and their mark; no cgroup: {self.why})"
+
+
+class CgroupContainment(Containment):
+    mode = "cgroup"
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def describe(self) -> str:
+        return f"cgroup (each run in its own, below {self.base})"
+
+    def runs_folder(self, owner: str) -> str | None:
+        return os.path.join(self.base, owner)
+
+    def open_owner(self, owner: str) -> None:
+        try:
+            os.mkdir(os.path.join(self.base, owner))
+        except FileExistsError:
+            pass
+
+    def close_owner(self, owner: str) -> None:
+        try:
+            os.rmdir(os.path.join(self.base, owner))
+        except OSError:
+            pass  # runs still being emptied: the next reaper of this owner removes it
+
+    def prune(self) -> None:
+        """Remove the empty cgroups of owners whose process is gone (never one with a process
+        in it: the kernel refuses; a dead owner's leftovers are its reaper's to kill)."""
+        try:
+            owners = [name for name in os.listdir(self.base) if is_owner_name(name)]
+        except OSError:
+            return
+        for name in owners:
+            if os.path.exists(f"/proc/{name.split('.')[-2]}"):
+                continue  # its manager (or a process with its pid) lives: not ours to touch
+            folder = os.path.join(self.base, name)
+            for run in _subfolders(folder):
+                CgroupRun(run).remove()
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass  # a run still has processes
+
+    def new_run(self, owner: str, job_id: str, run: int) -> CgroupRun | None:
+        path = os.path.join(self.base, owner, f"{job_id}.{run}")
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass  # left by a run of the same number (a claim that went back): emptied below
+        except OSError as exc:
+            log.warning("cannot make the cgroup of run %s of job %s: %s; it runs without one", run, job_id, exc)
+            return None
+        found = CgroupRun(path)
+        found.kill()  # what an earlier claim of this run left (nothing, usually)
+        return found.opened()
+
+
+@dataclass
+class CgroupRun:
+    """One run's cgroup: its folder, and (until the child entered it) its `cgroup.procs`
+    opened for the child to write itself into."""
+
+    path: str
+    procs: int = -1
+
+    def opened(self) -> CgroupRun:
+        self.procs = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+        return self
+
+    def enter(self) -> None:
+        """In the run's first process, before any of the job's code: move into the cgroup."""
+        os.write(self.procs, b"0")
+
+    def started(self) -> None:
+        """In the manager, once the child started: it has its own copy of the descriptor."""
+        if self.procs >= 0:
+            os.close(self.procs)
+            self.procs = -1
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as procs:
+                return [int(line) for line in procs if line.strip()]
+        except OSError:
+            return []
+
+    def signal(self, signum: signal.Signals) -> None:
+        """Send `signum` to every process of the run: SIGKILL through `cgroup.kill`, the rest
+        one by one, each through a pidfd checked to be still in this run (a pid read from
+        `cgroup.procs` may exit, and be reused, before the signal)."""
+        if signum == signal.SIGKILL:
+            self.kill()
+            return
+        for pid in self.pids():
+            _signal_member(pid, signum, self._relative)
+
+    def kill(self) -> None:
+        _write(os.path.join(self.path, "cgroup.kill"), "1")
+
+    def freeze(self, frozen: bool) -> None:
+        _write(os.path.join(self.path, "cgroup.freeze"), "1" if frozen else "0")
+
+    def populated(self) -> bool:
+        return _event(self.path, "populated") != "0"
+
+    def remove(self) -> bool:
+        """Remove the cgroup once empty; whether it is gone."""
+        try:
+            os.rmdir(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno in (errno.EBUSY, errno.ENOTEMPTY):
+                return False
+            raise
+        return True
+
+    @property
+    def _relative(self) -> str:
+        """The run's cgroup as /proc/PID/cgroup names it (the path below the mount)."""
+        mount = cgroup2_mount() or ""
+        return "/" + os.path.relpath(self.path, mount)
+
+
+def _signal_member(pid: int, signum: signal.Signals, cgroup: str) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        if _cgroup_of(pid) == cgroup and not _exited(pidfd):
+            signal.pidfd_send_signal(pidfd, signum)
+    except ProcessLookupError:
+        pass  # exited meanwhile
+    finally:
+        os.close(pidfd)
+
+
+def _cgroup_of(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as groups:
+            for line in groups:
+                if line.startswith("0::"):
+                    return line[3:].rstrip("\n")
+    except OSError:
+        pass
+    return None
+
+
+def _exited(pidfd: int) -> bool:
+    return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as control:
+            control.write(text)
+    except FileNotFoundError:
+        pass  # removed: nothing left to act on
+    except OSError as exc:
+        if exc.errno != errno.ENODEV:  # (cgroup.kill on a kernel before 5.14)
+            raise
+
+
+def _event(path: str, key: str) -> str | None:
+    try:
+        with open(os.path.join(path, "cgroup.events"), encoding="ascii") as events:
+            for line in events:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+# -- what a dead owner left on this host ---------------------------------------------------------
+
+
+def end_leftovers(runs_folder: str | None, owner: str, timeout: float = 10.0) -> bool:
+    """End every process a dead owner's runs left on this host, and wait until they are
+    gone (at most `timeout` seconds); whether none is left. `runs_folder`: the owner's
+    cgroups, as its owner file recorded them (checked: a cgroup v2 folder named for the
+    owner); else its processes are found by their mark, which names the owner's folder
+    (`claimed/OWNER/`: owner names are unique)."""
+    if runs_folder is not None and _is_runs_folder(runs_folder, owner):
+        return _end_cgroups(runs_folder, timeout)
+    return _end_marked(f"/claimed/{owner}/", timeout)
+
+
+def _is_runs_folder(path: str, owner: str) -> bool:
+    mount = cgroup2_mount()
+    real = os.path.realpath(path)
+    return (
+        mount is not None
+        and real.startswith(mount.rstrip("/") + "/")
+        and Path(real).name == owner
+        and Path(real).parent.name == FOLDER
+    )
+
+
+def _subfolders(folder: str) -> list[str]:
+    """The cgroups below `folder` (its other entries are the kernel's files)."""
+    try:
+        with os.scandir(folder) as entries:
+            return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _end_cgroups(folder: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    pending = [CgroupRun(path) for path in _subfolders(folder)]
+    for run in pending:
+        run.kill()
+    while pending and time.monotonic() < deadline:
+        pending = [run for run in pending if not run.remove()]
+        if pending:
+            time.sleep(0.01)  # the kernel is killing them: a bounded wait for a known end
+    if pending:
+        log.warning("the processes of %d run(s) in %s are not gone after %gs", len(pending), folder, timeout)
+        return False
+    try:
+        os.rmdir(folder)
+    except OSError:
+        pass
+    return True
+
+
+def marked(part: str) -> Iterator[tuple[int, int]]:
+    """(pid, pidfd) of every process whose run mark holds `part` (a pidfd opened before its
+    mark was read again: the process, not a pid that may have been reused meanwhile)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid == os.getpid() or part not in (_mark(pid) or ""):
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        if part in (_mark(pid) or "") and not _exited(pidfd):
+            yield pid, pidfd
+        else:
+            os.close(pidfd)
+
+
+def strays(exclude: set[int]) -> Iterator[tuple[int, int, str]]:
+    """(pid, pidfd, its run's mark) of each child of this process (a subreaper: orphans come
+    to it) that is not in `exclude` and bears a run's mark; the caller closes the pidfds."""
+    for child in _children():
+        if child in exclude:
+            continue
+        try:
+            pidfd = os.pidfd_open(child)
+        except OSError:
+            continue
+        mark = _mark(child) if _parent(child) == os.getpid() and not _exited(pidfd) else None
+        if mark is None:
+            os.close(pidfd)
+        else:
+            yield child, pidfd, mark
+
+
+def _children() -> list[int]:
+    """This process's children (from /proc/PID/task/*/children, which the kernel keeps)."""
+    found: list[int] = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as children:
+                found += [int(pid) for pid in children.read().split()]
+    except OSError:
+        pass
+    return found
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat_file:
+            return int(stat_file.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _mark(pid: int) -> str | None:
+    """The run a process belongs to, by the mark in its environment (None: it bears none)."""
+    prefix = f"{RUN_MARK}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            for entry in environ.read().split(b"\0"):
+                if entry.startswith(prefix):
+                    return os.fsdecode(entry[len(prefix) :])
+    except OSError:
+        pass
+    return None
+
+
+def _end_marked(part: str, timeout: float) -> bool:
+    found = list(marked(part))
+    for _, pidfd in found:
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    try:
+        for _, pidfd in found:
+            left = max(0.0, deadline - time.monotonic())
+            if not select.select([pidfd], [], [], left)[0]:
+                log.warning("a process of a dead owner's run is not gone after %gs", timeout)
+                return False
+    finally:
+        for _, pidfd in found:
+            os.close(pidfd)
+    return True

@@ -1,0 +1,125 @@
+"""Nothing of a job outlives its run: every process it starts (pipelines, `setsid` double
+forks, daemons, Python subprocesses) is ended with it, and none of a run is alive when its
+retry starts, even when its manager was SIGKILLed. In both containment modes: cgroups
+(skipped, saying why, where this process may not make one) and processes.
+
+Each process of a job's tree carries a mark the tests look for in /proc (tests/tree_job.py),
+knowing nothing of how forkvisor finds a run's processes."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from jobs import Queue, State
+from supervisor import containment, sweeper
+from supervisor.containment import CgroupContainment
+from tests.processes import Processes, _reap_zombies, dump, wait_until
+from tests.tree_job import marked
+
+KINDS = ("pipeline", "setsid", "daemon", "subprocess")
+
+
+def _cgroups_or_why() -> str:
+    found = containment.detect()
+    return "" if isinstance(found, CgroupContainment) else found.describe()
+
+
+WHY_NO_CGROUP = _cgroups_or_why()
+MODES = [
+    pytest.param("cgroup", marks=pytest.mark.skipif(bool(WHY_NO_CGROUP), reason=WHY_NO_CGROUP)),
+    "processes",
+]
+
+
+def enqueue_tree(
+    queue: Queue, kind: str, folder: Path, then: str = "block", **options: object
+) -> tuple[str, str, Path]:
+    """A job of `kind` (a command job but for "subprocess", which is Python's) that blocks
+    once its tree is up (or ends: `then` "return"); its id, mark and log."""
+    mark, log = uuid.uuid4().hex, folder / f"{kind}.log"
+    if kind == "subprocess":
+        job_id = queue.with_options(**options).enqueue("sample.tree", kind, mark, str(log), then)
+    else:
+        argv = [sys.executable, "-m", "tests.tree_job", kind, mark, str(log), then]
+        job_id = queue.enqueue_command(argv, env={"FVTEST_MARK": mark}, **options)
+    return job_id, mark, log
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def gone(mark: str) -> bool:
+    _reap_zombies()  # what ends comes back to this process (a subreaper while the test runs)
+    return not marked(mark)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("successor", ["manager", "sweeper"])
+def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
+    procs: Processes, queue: Queue, barriers: Path, mode: str, successor: str
+) -> None:
+    jobs = {kind: enqueue_tree(queue, kind, barriers, max_attempts=3) for kind in KINDS}
+    first = procs.run_manager(queue, "--commands", "--concurrency", "4", "--containment", mode, name="first")
+    for kind, (_, mark, log) in jobs.items():
+        wait_until(lambda log=log: "up 1" in lines(log), 20, f"the {kind} job set up its tree")
+        assert marked(mark), f"the {kind} job's tree is not marked: the test would see no overlap"
+    assert f"runs contained by {mode}" in procs.log(first)
+    first.send_signal(signal.SIGKILL)
+    assert procs.wait_exit(first, 5, "SIGKILLed manager") == -signal.SIGKILL
+    if successor == "sweeper":  # a sweep alone (as a sweeper child of any manager does) ends them
+        wait_until(lambda: sweeper.sweep_once(queue, _functions(), 60.0, None)["reverted"] == len(KINDS), 10)
+        for kind, (_, mark, _) in jobs.items():
+            assert gone(mark), f"the sweep gave the {kind} job back while its earlier run lives: {marked(mark)}"
+    last = procs.run_manager(queue, "--commands", "--concurrency", "4", "--containment", mode, "--burst", name="last")
+    assert procs.wait_exit(last, 30, "the successor") == 0, procs.log(last)
+    for kind, (job_id, mark, log) in jobs.items():
+        assert queue.job(job_id).state is State.DONE, dump(queue.job(job_id))
+        assert lines(log) == ["clean 1", "up 1", "clean 2"], f"{kind}: {lines(log)}"
+        wait_until(lambda mark=mark: gone(mark), 5, f"no process of the {kind} job is left")
+
+
+def _functions():  # type: ignore[no-untyped-def]
+    from jobs import Functions
+    from tests import sample_jobs
+
+    return Functions(sample_jobs.registry, commands=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("stop", ["timeout", "cancel", "drain", "end"])
+def test_a_job_ends_with_every_process_it_started(
+    procs: Processes, queue: Queue, barriers: Path, mode: str, stop: str
+) -> None:
+    """What left the job's session (`setsid`, a daemon's double fork) ends with it too: on
+    its timeout, its cancel, the drain's stop (here a drain that gives jobs a tenth of a
+    second), and when it ends by itself."""
+    options = {"timeout": "1s"} if stop == "timeout" else {"timeout": "5m"}
+    then = "return" if stop == "end" else "block"
+    jobs = {kind: enqueue_tree(queue, kind, barriers, then, max_attempts=1, **options) for kind in ("setsid", "daemon")}
+    manager = procs.run_manager(queue, "--commands", "--containment", mode, "--drain-timeout", "0.1", name="manager")
+    for kind, (_, _, log) in jobs.items():
+        wait_until(lambda log=log: "up 1" in lines(log), 20, f"the {kind} job set up its tree")  # (marked)
+    if stop == "cancel":
+        cli_cancel(procs, queue, [job_id for job_id, _, _ in jobs.values()])
+    elif stop == "drain":
+        manager.send_signal(signal.SIGTERM)
+        assert procs.wait_exit(manager, 10, "the drained manager") == 0, procs.log(manager)
+    ended = State.DONE if stop == "end" else State.DEAD
+    for kind, (job_id, mark, _) in jobs.items():
+        wait_until(lambda mark=mark: gone(mark), 5, f"every process of the {kind} job ended with its {stop}")
+        if stop != "drain":
+            wait_until(lambda job_id=job_id: queue.job(job_id).state is ended, 5, f"the {kind} job is {ended.value}")
+    if manager.poll() is None:
+        manager.send_signal(signal.SIGTERM)
+        assert procs.wait_exit(manager, 10, "the manager") == 0, procs.log(manager)
+
+
+def cli_cancel(procs: Processes, queue: Queue, job_ids: list[str]) -> None:
+    cancel = procs.forkvisor("cancel", str(queue.path), *job_ids, name="cancel")
+    assert procs.wait_exit(cancel, 20, "forkvisor cancel") == 0, procs.log(cancel)
