@@ -85,7 +85,7 @@ from jobs.fate import Cause, Reason
 from jobs.folder import CANCEL_FILE, DRAIN_FILE
 from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.keys import KeyTaken
-from jobs.lease import Liveness, Owner, unknown_liveness
+from jobs.lease import Liveness, Owner, is_owner_name, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.planner import Planner
 from jobs.policy import Functions, Policy, Source
@@ -173,6 +173,7 @@ __all__ = [
     "format_duration",
     "format_size",
     "is_job_id",
+    "is_owner_name",
     "new_job_id",
     "owner_group_members",
     "parse_duration",

@@ -23,9 +23,10 @@ import os
 from collections.abc import Callable, Iterable
 
 from jobs import fate, files, view
+from jobs.config import TMP_AGE
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MoveCollision
 from jobs.fate import Cause
-from jobs.folder import EDGES, QueueFolder
+from jobs.folder import EDGES, PURGED_LOG, QueueFolder
 from jobs.handles import Entry
 from jobs.job import JobSpec, State, is_job_id, ready_name
 
@@ -37,18 +38,20 @@ _TRIES = 100
 
 def check_parents(folder: QueueFolder, job_id: str, parents: Iterable[str], places: view.Places | None = None) -> None:
     """InvalidJob unless every parent is a job of this queue (a typo waits for ever otherwise).
-    Each is looked for by its id's places (`view.Places`), and `scheduled/` listed once for all
-    of them: a thousand parents that exist nowhere cost one listing, not a thousand."""
+    Each is looked for by its id's places (`view.Places`, which lists `scheduled/` once for
+    all of them); the first not found is looked for again (it may have been moving) and,
+    still nowhere, named: a thousand parents that exist nowhere cost three look-ups."""
     if job_id in parents:
         raise InvalidJob(f"job {job_id} cannot depend on itself")
-    missing = list(parents)
-    for _ in range(view.LOCATE_PASSES):  # a parent moving while we look is found by a later pass
-        places = places or view.Places(folder)
-        missing = [parent for parent in missing if places.locate_or_none(parent) is None]
-        if not missing:
-            return
-        places = None
-    raise InvalidJob(f"depends_on: there is no job {missing[0]} in {folder.path} (a typo, or purged?)")
+    places = places or view.Places(folder)
+    for parent in parents:
+        if places.locate_or_none(parent) is None and not _found_again(folder, parent):
+            raise InvalidJob(f"depends_on: there is no job {parent} in {folder.path} (a typo, or purged?)")
+
+
+def _found_again(folder: QueueFolder, job_id: str) -> bool:
+    """A job not found may have been moving while we looked: look again, afresh."""
+    return any(view.Places(folder).locate_or_none(job_id) is not None for _ in range(view.LOCATE_PASSES - 1))
 
 
 def parent_state(folder: QueueFolder, job_id: str) -> State | None:
@@ -203,10 +206,11 @@ def settle_dependents(
 def repair(folder: QueueFolder, now: float, on_ready: OnReady, budget: int) -> int:
     """Settle the dependents of every parent that ended but whose dependents were not
     settled (its manager died between the two steps, or it ended by a sweep or an
-    operator), and of every parent found nowhere (purged after it ended, or, from a
-    forkvisor that took members' submissions in without looking, never a job: its
-    edges are cleared rather than walked by every sweep); return how many jobs were
-    looked at. Parents are looked for by their ids' places, `scheduled/` listed once."""
+    operator), and of every parent found nowhere: purged after it ended (it counts as
+    done), or never purged (a member's parent refused at its take-in, a quarantined job)
+    for `TMP_AGE`: its dependents are buried, never run as if it were done. Return how
+    many jobs were looked at. Parents are looked for by their ids' places, `scheduled/`
+    listed once."""
     edges = folder.at(EDGES)
     places = view.Places(folder)
     looked = 0
@@ -215,8 +219,13 @@ def repair(folder: QueueFolder, now: float, on_ready: OnReady, budget: int) -> i
             break
         if not is_job_id(parent):
             continue
-        if ended_state(folder, parent) is not None or _nowhere(folder, parent, places):
+        if ended_state(folder, parent) is not None:
             looked += settle_dependents(folder, parent, now, on_ready, budget - looked)
+        elif _nowhere(folder, parent, places):
+            if _purged(folder, parent):
+                looked += settle_dependents(folder, parent, now, on_ready, budget - looked)
+            elif now - edges.lstat(parent).st_mtime > TMP_AGE:
+                looked += _bury_dependents(folder, parent, now)
     return looked
 
 
@@ -225,6 +234,31 @@ def _nowhere(folder: QueueFolder, job_id: str, places: view.Places) -> bool:
     passes (a parent moving from claimed/ to scheduled/ as we look is not nowhere, and
     settling its dependents now would forget the edges its end needs)."""
     return places.locate_or_none(job_id) is None and _located(folder, job_id) is None
+
+
+def _purged(folder: QueueFolder, job_id: str) -> bool:
+    """Whether `purged.log` names the job (a line "STAMP purged STATE ID")."""
+    wanted = f" {job_id}\n".encode()
+    try:
+        fd = os.open(PURGED_LOG, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder.root.fd)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as log_file:
+        return any(line.endswith(wanted) for line in log_file)
+
+
+def _bury_dependents(folder: QueueFolder, parent: str, now: float) -> int:
+    """Bury the jobs waiting for a parent that will never end (their own dependents are
+    settled by a later repair: they ended dead); return how many were looked at."""
+    children = _children(folder, parent)
+    for child in children:
+        try:
+            folder.bury(folder.at(State.WAITING) / child, child, fate.dependency_lost(parent), now)
+        except (FileNotFoundError, MoveCollision):
+            pass  # not waiting any more (settled, cancelled meanwhile)
+        _forget_edge(folder, parent, child)
+    _forget_parent(folder, parent)
+    return len(children)
 
 
 def ended_state(folder: QueueFolder, job_id: str) -> State | None:

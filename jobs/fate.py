@@ -64,6 +64,14 @@ def dependency_dead(parent: str) -> Cause:
     return Cause(Reason.DEPENDENCY, f"job {parent}, which it depends on, is dead (allow_failure would have run it)")
 
 
+def dependency_lost(parent: str) -> Cause:
+    return Cause(
+        Reason.DEPENDENCY,
+        f"job {parent}, which it depends on, is in no state folder and was never purged (refused, or lost): "
+        "it will never end",
+    )
+
+
 def cancelled(detail: str = "") -> Cause:
     return Cause(Reason.CANCELLED, "cancelled by an operator" + (f"; {detail}" if detail else ""))
 

@@ -33,6 +33,7 @@ MARKER = "queue.json"
 MARKER_KIND = "forkvisor-queue"
 FORMAT_VERSION = 1
 SPEC_FILE = "job.json"
+PURGED_LOG = "purged.log"  # one line per job purged: "STAMP purged STATE ID"
 COUNTER_FILE = "attempts"
 EVENTS_FILE = "events"
 ERROR_FILE = "error.json"

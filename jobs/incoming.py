@@ -45,6 +45,7 @@ and not looked at again until it changes.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import logging
 import os
@@ -84,16 +85,19 @@ AHEAD = 10.0  # seconds ahead of the file system's clock a member dates a new id
 MOST_AHEAD = 3600.0  # a submitted id may be dated at most this far after its file's last change
 TAKEN_KEPT = 60.0  # seconds a `taken/ID` outlives its id's time (clocks round; a little slack)
 STALE_TAKING = 60.0  # a take-in left this long was interrupted
+MAX_MEMBER_FOLDERS = 16  # folders of one user's taken from (the first, by name); the rest are set aside
 FOLDER_MODE = 0o2770  # a member's folder: theirs and the owner group's
+SUBMISSION_FILE = "submission.json"  # a refused submission's text, as its member wrote it (in dead/ID/)
 SUBMISSION_MODE = 0o644  # readable by the owner's managers whatever the folder's group bits
 
 
 # -- the member's side -----------------------------------------------------------------------
 
 
-def my_folder(folder: QueueFolder) -> Entry:
-    """The calling user's submission folder in `incoming/`, made on first use: `incoming/UID`,
-    or `UID.N` if another user took that name first."""
+def my_folder(folder: QueueFolder, durable: bool = False) -> Entry:
+    """The calling user's submission folder in `incoming/`, made on first use (`durable`: on
+    disk before it is used): `incoming/UID`, or `UID.N` if another user took that name first
+    (the queue's managers rename such a squat for its owner at their next take-in)."""
     incoming = folder.at(State.INCOMING)
     uid = os.geteuid()
     for name in [str(uid), *(f"{uid}.{n}" for n in range(1, 10))]:
@@ -101,7 +105,7 @@ def my_folder(folder: QueueFolder) -> Entry:
             status = incoming.lstat(name)
         except FileNotFoundError:
             try:
-                _make_member_folder(incoming, name)
+                _make_member_folder(incoming, name, durable)
             except FileExistsError:
                 status = incoming.lstat(name)  # made meanwhile: by us (another submit) or someone else
             else:
@@ -110,11 +114,11 @@ def my_folder(folder: QueueFolder) -> Entry:
             return incoming / name
     raise JobsError(
         f"cannot submit to {folder.path}: incoming/{uid} and the nine names after it are other users' "
-        "(ask the queue's owner to remove them)"
+        "(the queue's managers rename them for their owners at their next take-in: submit again in a moment)"
     )
 
 
-def _make_member_folder(incoming: Dir, name: str) -> None:
+def _make_member_folder(incoming: Dir, name: str, durable: bool) -> None:
     """Make `incoming/NAME` with its mode whatever the umask, under a dot-name first (which
     managers pass over), so that no manager sees it half made; FileExistsError if it is there."""
     staging = f".{name}.{os.getpid()}.new"
@@ -126,6 +130,9 @@ def _make_member_folder(incoming: Dir, name: str) -> None:
         finally:
             os.close(fd)
         files.move(staging, name, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
+        if durable:  # a member cannot fsync incoming/ (search only): the file system, through the folder
+            with incoming.sub(name) as made:
+                files.sync_filesystem(made.fd)
     except MoveCollision:
         os.rmdir(staging, dir_fd=incoming.fd)
         raise FileExistsError(name) from None
@@ -138,7 +145,7 @@ def submit(folder: QueueFolder, build: Callable[[str], bytes], *, durable: bool)
     """Publish one job as a file in the caller's folder of `incoming/`, for a manager to take
     in; `build(id)` gives its `job.json` for the id chosen here (dated `AHEAD` of the file
     system's clock, read from the new file itself). Return the id."""
-    mine = my_folder(folder)
+    mine = my_folder(folder, durable)
     with mine.open() as place:
         staging = f".new.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         try:
@@ -216,17 +223,96 @@ class _Source:
     uid: int
 
 
+class SetAside:
+    """What a take-in set aside (folders of incoming/, NAME, and entries of them, NAME/ENTRY):
+    each not looked at again until it changes (its inode, change time or mode), said once per
+    reason, and forgotten once gone; the first 100 shown by `status`."""
+
+    SHOWN = 100
+    SAID = 20  # set asides logged one by one per take-in; the rest in one line
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[int, int, int], str]] = {}  # name -> (what it was, why)
+        self.shown: dict[str, str] = {}  # incoming/NAME... -> why (the first SHOWN)
+        self.count = 0
+        self._said = self._unsaid = 0
+
+    def add(self, name: str, status: os.stat_result, why: str) -> None:
+        earlier = self._known.get(name)
+        self._known[name] = _unchanged_key(status), why
+        if earlier is not None and earlier[1] == why:
+            return  # changed, and still not usable for the same reason: said already
+        if earlier is None:
+            self.count += 1
+        if len(self.shown) < self.SHOWN or f"incoming/{name}" in self.shown:
+            self.shown[f"incoming/{name}"] = why
+        self.say(f"set aside incoming/{name}: {why}")
+
+    def say(self, message: str) -> None:
+        """Log what a take-in did to a folder or an entry: one by one up to `SAID` a take-in."""
+        if self._said < self.SAID:
+            self._said += 1
+            log.warning("%s", message)
+        else:
+            self._unsaid += 1
+
+    def said(self) -> None:
+        """At the end of a take-in: what was not said one by one, in one line."""
+        if self._unsaid:
+            log.warning("set aside or renamed %d more entries of incoming/ (forkvisor status shows them)", self._unsaid)
+        self._said = self._unsaid = 0
+
+    def holds(self, name: str, status: os.stat_result) -> bool:
+        """Whether `name` was set aside and has not changed since."""
+        found = self._known.get(name)
+        return found is not None and found[0] == _unchanged_key(status)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._known
+
+    def keep_only(self, folders: set[str]) -> None:
+        """Forget what was set aside in (or as) folders of incoming/ that are gone."""
+        gone = [name for name in self._known if name.split("/", 1)[0] not in folders]
+        for name in gone:
+            del self._known[name]
+            self.shown.pop(f"incoming/{name}", None)
+        self.count -= len(gone)
+
+    def keep_entries(self, folder: str, names: set[str]) -> None:
+        """Forget the entries of `folder` set aside that are gone from it."""
+        prefix = f"{folder}/"
+        gone = [name for name in self._known if name.startswith(prefix) and name[len(prefix) :] not in names]
+        for name in gone:
+            del self._known[name]
+            self.shown.pop(f"incoming/{name}", None)
+        self.count -= len(gone)
+
+
 class Intake:
-    """The take-in of one queue object: what it set aside, and whose turn it is."""
+    """The take-in of one queue object: what it set aside, and whose turn it is.
+
+    incoming/ is listed (again when it changed, or a second went by: a folder set aside may
+    have been fixed), and its folders are opened one at a time as their turn comes, at most
+    `budget` of them per take-in: ten thousand folders cost a listing, not ten thousand
+    open descriptors. A folder named for another user's uid (a squat on their name) is
+    renamed for its owner's; a user's folders past `MAX_MEMBER_FOLDERS` are set aside."""
+
+    RELIST = 1.0  # seconds a listing of incoming/ is used while incoming/ itself is unchanged
 
     def __init__(self, folder: QueueFolder) -> None:
         self.folder = folder
         self.more = False  # the last take-in stopped at its budget or time: call again soon
-        self.skipped: dict[str, str] = {}  # folders and entries set aside (incoming/NAME...) -> why (the first 100)
-        self.skipped_count = 0
-        self._set_aside: set[tuple[str, int, int, int]] = set()  # entries not to look at again until they change
-        self._aside_names: set[str] = set()  # their names (NAME or NAME/ENTRY): a quick first look
+        self.aside = SetAside()
         self._turn = 0  # which member's folder comes first
+        self._listed: tuple[tuple[int, int], float, list[tuple[str, int]]] | None = None
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return self.aside.shown
+
+    @property
+    def skipped_count(self) -> int:
+        return self.aside.count
 
     def take_in(
         self, now: float, actions: Actions, budget: int = 64, seconds: float | None = None, leftovers: bool = False
@@ -236,66 +322,131 @@ class Intake:
         interrupted take-ins and drop abandoned staging files. Return how many were handled."""
         deadline = None if seconds is None else time.monotonic() + seconds
         places = view.Places(self.folder)
-        handled = looked = 0
+        folders = self._folders()
+        handled = looked = visited = 0
         self.more = False
-        sources = self._sources()
-        try:
-            for source, name in self._picked(sources, budget, leftovers):
-                if handled >= budget or (looked and deadline is not None and time.monotonic() > deadline):
-                    self.more = True  # (one entry at least: each call makes progress)
-                    break
-                handled += self._guarded(source, name, now, actions, places)
-                looked += 1
-        finally:
-            for source in sources:
+        share = max(1, budget // max(1, len(folders)))
+        start = self._turn % len(folders) if folders else 0
+        for name, uid in folders[start:] + folders[:start]:
+            if handled >= budget or visited >= budget or (looked and deadline and time.monotonic() > deadline):
+                self.more = True  # (one entry at least: each call makes progress)
+                break
+            visited += 1
+            source = self._open(name, uid)
+            if source is None:
+                continue
+            try:
+                for entry in self._names(source, share, leftovers):
+                    if handled >= budget or (looked and deadline and time.monotonic() > deadline):
+                        self.more = True
+                        break
+                    handled += self._guarded(source, entry, now, actions, places)
+                    looked += 1
+            finally:
                 source.handle.close()
+        self._turn = start + visited  # the next take-in goes on from the next folder
+        self.aside.said()
         if leftovers:
             forget_taken(self.folder, now)
             _drop_abandoned_folders(self.folder, now)
         return handled
 
-    def _picked(self, sources: list[_Source], budget: int, leftovers: bool) -> Iterator[tuple[_Source, str]]:
-        """(folder, name) of the entries to handle, a few from each member's folder in turn."""
-        if not sources:
-            return
-        self._turn = (self._turn + 1) % len(sources)
-        share = max(1, budget // len(sources))
-        for source in sources[self._turn :] + sources[: self._turn]:
-            for name in self._names(source, share, leftovers):
-                yield source, name
+    def take_in_one(self, job_id: str, now: float, actions: Actions) -> None:
+        """Take in the submission of job ID, if one waits (an operator's cancel of it)."""
+        found = find_submission(self.folder, job_id)
+        if found is None or found.name.startswith(TAKING):
+            return  # (being taken in by a manager: it ends published, or a sweep finishes it)
+        name = found.name.split("/", 1)[0]
+        source = self._open(name, None)
+        if source is not None:
+            try:
+                self._guarded(source, f"{job_id}.json", now, actions, view.Places(self.folder))
+            finally:
+                source.handle.close()
 
-    def _sources(self) -> list[_Source]:
-        """Every member's folder that may be taken from, opened; the rest are set aside, and
-        files standing in incoming/ itself (the layout before member folders) quarantined."""
+    # -- the folders of incoming/ -----------------------------------------------------------------
+
+    def _folders(self) -> list[tuple[str, int]]:
+        """(name, owner) of each folder of incoming/ to take from, by name; listed again when
+        incoming/ changed or `RELIST` seconds went by."""
         incoming = self.folder.at(State.INCOMING)
-        group = os.fstat(incoming.fd).st_gid
+        status = os.fstat(incoming.fd)
+        version = (status.st_mtime_ns, status.st_ctime_ns)
+        if self._listed is not None and self._listed[0] == version and time.monotonic() < self._listed[1]:
+            return self._listed[2]
         with incoming.scandir() as listed:
             found = sorted((entry.name, entry.stat(follow_symlinks=False)) for entry in listed)
-        sources = []
-        for name, status in found:
-            if name.startswith(".") or self._is_set_aside(name, status):
+        self.aside.keep_only({name for name, _ in found})
+        usable: list[tuple[str, int]] = []
+        per_user: dict[int, int] = {}
+        for name, entry in found:
+            if name.startswith(".") or self.aside.holds(name, entry):
                 continue  # a member's folder being made, or one that has not changed since it was set aside
-            if not stat.S_ISDIR(status.st_mode):
-                self._refuse_flat(incoming / name, status)
+            if not stat.S_ISDIR(entry.st_mode):
+                self._refuse_flat(incoming / name, entry)
                 continue
-            why = _unusable(status, group)
-            if why is None:
-                try:
-                    handle = incoming.sub(name)
-                except OSError as exc:
-                    why = f"the owner's managers cannot open it ({exc.strerror}): chmod 2770 it"
-                else:
-                    sources.append(_Source(incoming / name, handle, os.fstat(handle.fd).st_uid))
-                    continue
-            self._set_aside_entry(f"incoming/{name}", name, status, why)
-        return sources
+            why = _unusable(entry, status.st_gid)
+            if why is None and not _named_for(name, entry.st_uid):
+                why = self._rename_squat(name, entry.st_uid)
+                if why is None:
+                    continue  # listed again under its new name at the next take-in
+            if why is None and (per_user.setdefault(entry.st_uid, 0) + 1) > MAX_MEMBER_FOLDERS:
+                why = f"uid {entry.st_uid} has more than {MAX_MEMBER_FOLDERS} folders in incoming/: remove this one"
+            if why is not None:
+                self.aside.add(name, entry, why)
+                continue
+            per_user[entry.st_uid] += 1
+            usable.append((name, entry.st_uid))
+        self._listed = version, time.monotonic() + self.RELIST, usable
+        return usable
+
+    def _rename_squat(self, name: str, owner: int) -> str | None:
+        """A folder named for another user's uid keeps them from their own name: it is
+        renamed for its owner's (whose submissions it holds, and stay theirs). Why not, if not."""
+        incoming = self.folder.at(State.INCOMING)
+        new = f"{owner}.{os.urandom(4).hex()}"
+        try:
+            files.move(name, new, src_dir_fd=incoming.fd, dst_dir_fd=incoming.fd)
+        except (OSError, MoveCollision) as exc:
+            return f"it is uid {owner}'s, named for another user's uid, and cannot be renamed ({exc})"
+        self.aside.say(f"renamed incoming/{name} to incoming/{new}: it is uid {owner}'s (named for its owner)")
+        self._listed = None
+        return None
+
+    def _open(self, name: str, listed_owner: int | None) -> _Source | None:
+        """A member's folder, opened; its owner read from the descriptor (the name may have
+        been swapped since it was listed). None if it cannot be used now."""
+        incoming = self.folder.at(State.INCOMING)
+        try:
+            handle = incoming.sub(name)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # this process's trouble, not the folder's
+                log.warning("cannot open incoming/%s now: %s", name, exc.strerror)
+                return None
+            try:
+                self.aside.add(name, incoming.lstat(name), f"the owner's managers cannot open it ({exc.strerror})")
+            except OSError:
+                pass  # gone
+            return None
+        status = os.fstat(handle.fd)
+        why = _unusable(status, os.fstat(incoming.fd).st_gid)
+        if why is None and listed_owner is not None and status.st_uid != listed_owner:
+            why = "it was replaced while it was taken from"
+        if why is not None:
+            handle.close()
+            self.aside.add(name, status, why)
+            return None
+        return _Source(incoming / name, handle, status.st_uid)
 
     def _names(self, source: _Source, share: int, leftovers: bool) -> list[str]:
-        names = [name for name in source.handle.names() if not name.startswith(".") and not self._aside(source, name)]
+        listed = source.handle.names()
+        folder = source.place.name
+        self.aside.keep_entries(folder, set(listed))
+        names = [name for name in listed if not name.startswith(".") and not self._aside(source, name)]
         picked = heapq.nsmallest(share, names)
         self.more = self.more or len(names) > share  # the rest wait for the next turn
         if leftovers:
-            picked += [name for name in source.handle.names() if name.startswith(".")][:share]
+            picked += [name for name in listed if name.startswith(".")][:share]
         return picked
 
     def _refuse_flat(self, place: Entry, status: os.stat_result) -> None:
@@ -306,7 +457,7 @@ class Intake:
         try:
             self.folder.quarantine(place, why, time.time())
         except OSError as exc:
-            self._set_aside_entry(f"incoming/{place.name}", place.name, status, f"{why}; cannot move it: {exc}")
+            self.aside.add(place.name, status, f"{why}; cannot move it: {exc}")
 
     def _guarded(self, source: _Source, name: str, now: float, actions: Actions, places: view.Places) -> int:
         """Handle one entry; whatever it holds, the take-in goes on with the next one."""
@@ -326,38 +477,28 @@ class Intake:
             status = source.handle.lstat(name)
         except OSError:
             return  # gone: nothing to remember
-        self._set_aside_entry(f"incoming/{source.place.name}/{name}", f"{source.place.name}/{name}", status, why)
-
-    def _set_aside_entry(self, shown: str, name: str, status: os.stat_result, why: str) -> None:
-        """Not to be looked at again until it changes (its inode or change time)."""
-        key = _unchanged_key(name, status)
-        if key in self._set_aside:
-            return
-        self._set_aside.add(key)
-        self._aside_names.add(name)
-        self.skipped_count += 1
-        if len(self.skipped) < 100:
-            self.skipped[shown] = why
-        log.warning("set aside %s: %s", shown, why)
-
-    def _is_set_aside(self, name: str, status: os.stat_result) -> bool:
-        return name in self._aside_names and _unchanged_key(name, status) in self._set_aside
+        self.aside.add(f"{source.place.name}/{name}", status, why)
 
     def _aside(self, source: _Source, name: str) -> bool:
         """Whether an entry of a member's folder was set aside and has not changed since."""
         key = f"{source.place.name}/{name}"
-        if key not in self._aside_names:
+        if key not in self.aside:
             return False
         try:
-            return self._is_set_aside(key, source.handle.lstat(name))
+            return self.aside.holds(key, source.handle.lstat(name))
         except OSError:
             return False
 
 
-def _unchanged_key(name: str, status: os.stat_result) -> tuple[str, int, int, int]:
-    """What must stay the same for an entry set aside to stay so: its name, inode, change time
-    and mode (a change time is coarse: a chmod in the same tick as the mkdir keeps it)."""
-    return name, status.st_ino, status.st_ctime_ns, status.st_mode
+def _named_for(name: str, uid: int) -> bool:
+    """Whether a folder's name is its owner's: UID, or UID.ANYTHING."""
+    return name == str(uid) or name.startswith(f"{uid}.")
+
+
+def _unchanged_key(status: os.stat_result) -> tuple[int, int, int]:
+    """What must stay the same for an entry set aside to stay so: its inode, change time and
+    mode (a change time is coarse: a chmod in the same tick as the mkdir keeps it)."""
+    return status.st_ino, status.st_ctime_ns, status.st_mode
 
 
 def _unusable(status: os.stat_result, group: int) -> str | None:
@@ -369,7 +510,7 @@ def _unusable(status: os.stat_result, group: int) -> str | None:
             "and submit again (forkvisor submit makes it right)"
         )
     if mode & 0o002:
-        return f"every user may write it (mode {mode:04o}), so it cannot say who submitted what: chmod 2770 it"
+        return "every user may write it, so it cannot say who submitted what: chmod 2770 it"
     return None
 
 
@@ -441,6 +582,7 @@ class _Entry:
                 self.folder.bury(staging, job_id, cause, self.now)  # straight to dead/, saying what to fix
             else:
                 _publish(self.folder, staging, job_id, checked, self.actions)
+                self.places.moved()  # later submissions of this turn may name it (a parent, a key's holder)
         except MoveCollision:  # a job of this id is there already: this one must not stand beside it
             files.remove_quietly(staging.name, dir_fd=staging.dir.fd)
             self._quarantine(self.source.handle / taking, f"job {job_id} exists already")
@@ -453,10 +595,15 @@ class _Entry:
         files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # ours, left by an interrupted take-in
         folder.make_dir(staging)
         created = checked.spec.created if checked.spec is not None and checked.spec.created else created_at(job_id)
+        submitter = {"uid": self.source.uid, "user": _user(self.source.uid)}
         with staging.open() as job:
             folder.log_event(job, "enqueued", created)
-            folder.log_event(job, f"taken in from incoming/, submitted by {_user(self.source.uid)}", self.now)
-            folder.write_new(job / SPEC_FILE, spec_json(checked.fields) if checked.fields is not None else data)
+            folder.log_event(job, f"taken in from incoming/, submitted by {submitter['user']}", self.now)
+            if checked.fields is not None:
+                folder.write_new(job / SPEC_FILE, spec_json(checked.fields))
+            else:  # refused: the member's text is kept aside, never as the job.json the owner vouches for
+                folder.write_new(job / SUBMISSION_FILE, data)
+                folder.write_new(job / SPEC_FILE, spec_json({"id": job_id, "submitted_by": submitter}))
         return staging
 
     def _id_problem(self, job_id: str, published: os.stat_result) -> str | None:
@@ -485,7 +632,12 @@ class _Entry:
         return None if same else f"job {job_id} was submitted already"
 
     def _exists(self, job_id: str) -> str | None:
-        found = self.places.by_name(job_id)
+        """Whether a job has this id already. An id dated within `TAKEN_KEPT` is looked up by
+        name alone: a job scheduled under it would have been taken in under a `taken/` mark,
+        still there. An older one may be a held-back file's whose mark was forgotten while
+        the job it named waits in scheduled/: then scheduled/ is listed too (once a turn)."""
+        recent = created_at(job_id) >= self.now - TAKEN_KEPT / 2  # (half: the sweeper's clock may be ahead)
+        found = self.places.by_name(job_id) if recent else self.places.published(job_id)
         return None if found is None else f"job {job_id} exists already (in {found[0].value}/)"
 
     def _parents_missing(self, job_id: str, spec: JobSpec) -> Cause | None:
@@ -552,11 +704,25 @@ class _Entry:
         if _JOB_RE.match(original) is not None and found is not None and found[0] is not State.INCOMING:
             files.unlink_if_there(self.name, self.folder_fd)  # taken in already; its manager died before this
             return True
+        if _JOB_RE.match(original) is not None and self._marked_ours(job[1]):
+            # Its id was checked and marked as its own before the take-in stopped: finish from
+            # here (a rename back would renew its change time, and fail the dated check).
+            self._take_file(job[1], self.name, self.source.handle.lstat(self.name))
+            return True
         try:
             files.move(self.name, original, src_dir_fd=self.folder_fd, dst_dir_fd=self.folder_fd)  # take it in again
         except MoveCollision:
             self._quarantine(self.place, f"{original} was submitted twice")
         return True
+
+    def _marked_ours(self, job_id: str) -> bool:
+        """Whether `taken/ID` names this folder's `.taking.ID.json` (its owner and inode)."""
+        try:
+            status = self.source.handle.lstat(self.name)
+            mark = files.read_limited(job_id, 64, self.folder.at(TAKEN).fd)
+        except OSError:
+            return False
+        return mark == f"{self.source.uid} {status.st_ino}\n".encode()
 
     def _drop_abandoned(self) -> bool:
         """A member's staging file whose writer died: remove it once it is old."""
@@ -611,18 +777,35 @@ def _drop_abandoned_folders(folder: QueueFolder, now: float) -> None:
 
 def forget_taken(folder: QueueFolder, now: float, budget: int = 10_000) -> int:
     """Remove the `taken/` marks of ids dated over `TAKEN_KEPT` seconds before `now`: no new
-    submission can carry them any more. Return how many went."""
-    taken = folder.at(TAKEN)
+    submission can carry them any more (an older file held back is looked for in every
+    state folder: `_Taker._exists`), except the marks of take-ins that stopped half way
+    (their `.taking.ID.json` is finished by its mark). Return how many went."""
+    taken, incoming = folder.at(TAKEN), folder.at(State.INCOMING)
+    folders: list[str] | None = None  # incoming/'s names: listed once, if a mark needs them
     gone = 0
     for name in taken.names()[:budget]:
         try:
             old = created_at(name) < now - TAKEN_KEPT
         except ValueError:
             old = True  # not an id: nothing of ours
-        if old:
+        if not old:
+            continue
+        folders = incoming.names() if folders is None else folders
+        if not _being_taken(incoming, folders, taken, name):
             files.unlink_if_there(name, taken.fd)
             gone += 1
     return gone
+
+
+def _being_taken(incoming: Dir, folders: list[str], taken: Dir, job_id: str) -> bool:
+    """Whether the folders of the member the mark names hold `.taking.ID.json`: a take-in
+    that stopped half way (its folders are named for its uid: a squatter's were moved out)."""
+    try:
+        uid = files.read_limited(job_id, 64, taken.fd).split(b" ")[0].decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return False
+    mine = [name for name in folders if name == uid or name.startswith(f"{uid}.")]
+    return any(incoming.exists(f"{name}/{TAKING}{job_id}.json") for name in mine if uid.isdigit())
 
 
 def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked, actions: Actions) -> None:
@@ -709,16 +892,28 @@ def submitted_by(place: Entry) -> int | None:
 
 
 def member_folders(folder: QueueFolder) -> list[Entry]:
-    """The member folders of `incoming/` this process may look into: all of them for the owner
-    (who may list incoming/), the caller's own otherwise (members cannot list it)."""
+    """The member folders of `incoming/` this process may look into: for the owner (who may
+    list incoming/), each user's first `MAX_MEMBER_FOLDERS` (those a take-in takes from);
+    the caller's own otherwise (members cannot list it)."""
     incoming = folder.at(State.INCOMING)
     try:
         with incoming.scandir() as listed:
-            names = [entry.name for entry in listed if entry.is_dir(follow_symlinks=False)]
+            found = sorted(
+                (entry.name, entry.stat(follow_symlinks=False).st_uid)
+                for entry in listed
+                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
+            )
     except OSError:  # a member: incoming/ may be entered, not listed (opened for search only)
         uid = os.geteuid()
         names = [name for name in [str(uid), *(f"{uid}.{n}" for n in range(1, 10))] if incoming.is_dir(name)]
-    return [incoming / name for name in sorted(names) if not name.startswith(".")]
+        return [incoming / name for name in names]
+    per_user: dict[int, int] = {}
+    names = []
+    for name, uid in found:
+        per_user[uid] = per_user.get(uid, 0) + 1
+        if per_user[uid] <= MAX_MEMBER_FOLDERS:
+            names.append(name)
+    return [incoming / name for name in names]
 
 
 def submissions(folder: QueueFolder) -> Iterator[tuple[Entry, str]]:
@@ -731,25 +926,35 @@ def submissions(folder: QueueFolder) -> Iterator[tuple[Entry, str]]:
             continue  # not ours to read, or gone
         for name in sorted(names):
             job_id = entry_id(name)
-            if job_id is not None:
-                yield member.dir / f"{member.name}/{name}", job_id
+            place = member.dir / f"{member.name}/{name}"
+            if job_id is not None and _is_file(place):
+                yield place, job_id
 
 
 def pending_requests(folder: QueueFolder) -> int:
-    """How many requests (`ID.cancel`, `ID.retry`) wait in the members' folders this process may see."""
+    """How many requests (`ID.cancel`, `ID.retry`) wait in the members' folders this process
+    may see (files only: what else bears their names is refused, and may stay where it is)."""
     found = 0
     for member in member_folders(folder):
         try:
             with member.open() as opened:
-                found += sum(1 for name in opened.names() if _REQUEST_RE.match(name))
+                found += sum(1 for name in opened.names() if _REQUEST_RE.match(name) and _is_file(opened / name))
         except OSError:
             continue
     return found
 
 
-def find_submission(folder: QueueFolder, job_id: str) -> Entry | None:
-    """Where a submission of `job_id` waits (or is being taken in), if one does."""
-    for member in member_folders(folder):
+def _is_file(place: Entry) -> bool:
+    try:
+        return stat.S_ISREG(place.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def find_submission(folder: QueueFolder, job_id: str, members: list[Entry] | None = None) -> Entry | None:
+    """Where a submission of `job_id` waits (or is being taken in), if one does; looked for
+    in `members` (default: `member_folders`)."""
+    for member in member_folders(folder) if members is None else members:
         for name in (f"{job_id}.json", f"{TAKING}{job_id}.json"):
             place = member.dir / f"{member.name}/{name}"
             try:

@@ -11,14 +11,15 @@ import functools
 from collections.abc import Callable
 
 from jobs import depends, fate, files, keys, view
-from jobs.errors import WrongState
+from jobs.errors import InvalidJob, WrongState
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, QueueFolder
 from jobs.job import State, ready_name
 
 
 def cancel(folder: QueueFolder, job_id: str, now: float, take_in: Callable[[float], object]) -> State:
     """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is marked,
-    and its manager stops it. A submission still in `incoming/` is taken in first (`take_in`).
+    and its manager stops it. A submission still in `incoming/` is taken in first
+    (`take_in(now)` takes in that one submission).
     Return the job's state after the call."""
     while True:  # a job that moves while we act on it is looked for again (it always ends somewhere)
         state, place = view.locate(folder, job_id)
@@ -45,7 +46,10 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
     if state is not State.DEAD:
         raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
     with place.open() as job:
-        spec = folder.read_spec(job, job_id)
+        try:
+            spec = folder.read_spec(job, job_id)
+        except InvalidJob as exc:  # (a member's submission refused at take-in: its text is aside)
+            raise InvalidJob(f"cannot retry job {job_id}: {exc} (the owner may fix its job.json)") from None
         locate = functools.partial(view.locate, folder)
         if (
             spec.key is not None

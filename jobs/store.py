@@ -300,7 +300,10 @@ class Queue:
         queue's owner (its managers) does this; `leftovers`: also finish interrupted take-ins
         (the sweeper's chore)."""
         now = _now(now)
-        actions = incoming.Actions(
+        return self._intake.take_in(now, self._take_in_actions(now), budget, seconds, leftovers)
+
+    def _take_in_actions(self, now: float) -> incoming.Actions:
+        return incoming.Actions(
             cancel=self.cancel,
             retry=self.retry,
             on_ready=self._index.add,
@@ -308,7 +311,6 @@ class Queue:
                 staging, job_id, spec.depends_on, now
             ),
         )
-        return self._intake.take_in(now, actions, budget, seconds, leftovers)
 
     def member_folders(self) -> list[Path]:
         """The members' submission folders of `incoming/` this process may look into (to watch)."""
@@ -538,7 +540,8 @@ class Queue:
     def cancel(self, job_id: str, now: float | None = None) -> State:
         """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is
         marked, and its manager stops it. Return the job's state after the call."""
-        return operator.cancel(self.folder, job_id, _now(now), self.take_in)
+        take_in = lambda when: self._intake.take_in_one(job_id, when, self._take_in_actions(when))  # noqa: E731
+        return operator.cancel(self.folder, job_id, _now(now), take_in)
 
     def retry(self, job_id: str, now: float | None = None) -> None:
         """Send a dead job back to `ready/` with a fresh set of attempts."""

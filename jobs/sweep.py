@@ -23,7 +23,15 @@ from typing import Any, TypeVar
 
 from jobs import depends, fate, files, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
-from jobs.folder import EVENTS_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem
+from jobs.folder import (
+    EVENTS_FILE,
+    OUTCOME_FILE,
+    PURGED_LOG,
+    RESULT_FILE,
+    QueueFolder,
+    cancel_requested,
+    entry_problem,
+)
 from jobs.handles import Dir, Entry
 from jobs.job import JobSpec, State, is_job_id, parse_scheduled_name, ready_name
 from jobs.lease import (
@@ -42,7 +50,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 PURGE_PREFIX = ".purge."
 SETTLE_PER_SWEEP = 10_000  # waiting jobs a sweep settles for parents whose managers did not
-PURGED_LOG = "purged.log"
 
 
 STORE_WIDE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # not the entry's doing: the whole chore fails

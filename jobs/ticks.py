@@ -29,6 +29,7 @@ and the tick is fired then if it is still the newest one passed (a missed tick).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import os
 import re
@@ -55,11 +56,15 @@ SECRET = ".secret"
 
 
 def tick_job_id(name: str, tick: float, secret: bytes = b"") -> str:
-    """The id of the job of `name`'s tick: the tick's UTC time, then 52 bits of a digest of
-    the queue's secret and the name (in the microseconds and the hex part): two schedules
-    meet on one id once in 2**52, and nobody without the secret can tell it in advance.
+    """The id of the job of `name`'s tick: the tick's UTC time, then 52 bits of an HMAC of
+    the name and the tick under the queue's secret (in the microseconds and the hex part):
+    two schedules meet on one id once in 2**52, and nobody without the secret can tell
+    the id of any tick in advance, not even from the ids of the ticks before it.
     (Without a secret: the ids of the ticks fired before there was one.)"""
-    digest = hashlib.sha256(secret + name.encode()).hexdigest()
+    if secret:
+        digest = hmac.new(secret, f"{name}\0{int(tick)}".encode(), hashlib.sha256).hexdigest()
+    else:
+        digest = hashlib.sha256(name.encode()).hexdigest()
     stamp = datetime.fromtimestamp(int(tick), UTC).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{int(digest[8:13], 16) % 1_000_000:06d}-{digest[:8]}"
 

@@ -174,6 +174,7 @@ class Places:
         self._owners: list[Entry] | None = None
         self._listed: dict[State, dict[str, str]] = {}  # state -> job id -> entry name
         self._probes = 0  # ready/ names probed so far (to decide when a listing is cheaper)
+        self._members: list[Entry] | None = None  # incoming/'s member folders, listed at the first need
 
     def by_name(self, job_id: str) -> tuple[State, Entry] | None:
         """Where `job_id` is found by the names its id gives (no listing of a folder), the
@@ -191,16 +192,29 @@ class Places:
         name = self._in_ready(job_id)
         return None if name is None else (State.READY, ready / name)
 
-    def locate_or_none(self, job_id: str) -> tuple[State, Entry] | None:
-        """Where `job_id` is (one place), or None if nowhere."""
+    def published(self, job_id: str) -> tuple[State, Entry] | None:
+        """Where `job_id` is in the queue's state folders (one place), or None if nowhere."""
         found = self.by_name(job_id)
         if found is not None:
             return found
         name = self._listing(State.SCHEDULED).get(job_id)
-        if name is not None:
-            return State.SCHEDULED, self.folder.at(State.SCHEDULED) / name
-        submission = incoming.find_submission(self.folder, job_id)  # last: a published place wins over a leftover
+        return None if name is None else (State.SCHEDULED, self.folder.at(State.SCHEDULED) / name)
+
+    def locate_or_none(self, job_id: str) -> tuple[State, Entry] | None:
+        """Where `job_id` is (one place), or None if nowhere."""
+        found = self.published(job_id)
+        if found is not None:
+            return found
+        if self._members is None:
+            self._members = incoming.member_folders(self.folder)  # listed once: look-ups that fail cost no listing
+        submission = incoming.find_submission(self.folder, job_id, self._members)  # last: a published place wins
         return None if submission is None else (State.INCOMING, submission)
+
+    def moved(self) -> None:
+        """A job was published (or moved) by the holder of this Places: what it listed is
+        out of date, so the next look that needs a listing makes it again."""
+        self._listed.clear()
+        self._probes = 0
 
     def locate(self, job_id: str) -> tuple[State, Entry]:
         """`locate_or_none`, raising JobNotFound for nowhere (as `view.locate`, in one pass)."""

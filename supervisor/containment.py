@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.lease import is_owner_name
+from jobs import is_owner_name
 from supervisor.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class CgroupRun:
 
     def pids(self) -> list[int]:
         try:
-            with open(os.path.join(self.path, "cgroup.procs"), encoding="ascii") as procs:
+            with open(os.path.join(self.path, "cgroup.procs"), "rb") as procs:
                 return [int(line) for line in procs if line.strip()]
         except OSError:
             return []
@@ -304,8 +304,11 @@ def _exited(pidfd: int) -> bool:
 
 def _write(path: str, text: str) -> None:
     try:
-        with open(path, "w", encoding="ascii") as control:
-            control.write(text)
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         pass  # removed: nothing left to act on
     except OSError as exc:
@@ -315,11 +318,11 @@ def _write(path: str, text: str) -> None:
 
 def _event(path: str, key: str) -> str | None:
     try:
-        with open(os.path.join(path, "cgroup.events"), encoding="ascii") as events:
+        with open(os.path.join(path, "cgroup.events"), "rb") as events:
             for line in events:
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return value.strip()
+                name, _, value = line.partition(b" ")
+                if name == key.encode():
+                    return value.strip().decode()
     except OSError:
         pass
     return None
@@ -415,11 +418,13 @@ def strays(exclude: set[int]) -> Iterator[tuple[int, int, str]]:
 
 
 def _children() -> list[int]:
-    """This process's children (from /proc/PID/task/*/children, which the kernel keeps)."""
+    """This process's children (from /proc/PID/task/*/children, which the kernel keeps).
+    (Files here are read as bytes: a manager that dropped its privileges may not be able
+    to import a codec any more.)"""
     found: list[int] = []
     try:
         for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/children", encoding="ascii") as children:
+            with open(f"/proc/self/task/{task}/children", "rb") as children:
                 found += [int(pid) for pid in children.read().split()]
     except OSError:
         pass

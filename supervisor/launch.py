@@ -18,6 +18,7 @@ from supervisor.children import Children
 from supervisor.containment import CgroupRun, Containment, ProcessContainment
 from supervisor.errors import CannotRunAs, ConfigError
 from supervisor.outcomes import Outcomes, describe, job_fields
+from supervisor.settings import Settings
 from supervisor.spawner import RunGone, Spawner
 
 log = logging.getLogger(__name__)
@@ -31,27 +32,27 @@ class Launcher:
         self,
         queue: Queue,
         registry: Registry,
-        commands: bool,
-        run_as_submitter: bool,
+        settings: Settings,
         index: int = 0,
         label: str = "",
         spawner: Spawner | None = None,
-        pass_env: Sequence[str] = (),
         containment: Containment | None = None,
     ) -> None:
-        """`index`: the queue's place in its manager's order (its children are counted by it);
-        `label` names it in log lines where the manager serves several; `spawner`, if given,
-        starts command jobs without a fork; `pass_env`: variables of the manager's that jobs
-        run as their submitters get (they get none of the others)."""
+        """`settings`: the manager's, with the queue's own filled in; `index`: the queue's
+        place in its manager's order (its children are counted by it); `label` names it in
+        log lines where the manager serves several; `spawner`, if given, starts command jobs
+        without a fork. Jobs run as their submitters get only the manager's variables that
+        `settings.pass_env` names."""
         self.queue = queue
         self.index = index
         self.label = label
         self.registry = registry
-        self.commands = commands
-        self.run_as_submitter = run_as_submitter
+        self.commands = settings.commands
+        self.run_as_submitter = settings.run_as_submitter
+        self.members_as_root = settings.members_as_root
         self.spawner = spawner
         self.containment = containment or ProcessContainment("none given")
-        passed = {name: os.environ[name] for name in pass_env if name in os.environ}
+        passed = {name: os.environ[name] for name in settings.pass_env if name in os.environ}
         self._identities = privileges.Identities(passed)
 
     def launch(self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int]) -> None:
@@ -124,6 +125,7 @@ class Launcher:
         """Whom the job runs as with --run-as-submitter: the member who submitted it, or for
         the owner's own jobs the queue's owner (None: as this manager)."""
         if not self.run_as_submitter:
+            self._check_member_as_root(claim)
             return None
         uid = self.queue.owner_uid if claim.spec.submitted_by is None else claim.spec.submitted_by
         if uid == 0 and not self.queue.settings["root_jobs"]:
@@ -132,6 +134,17 @@ class Launcher:
                 "owner allows it with `forkvisor config QUEUE root_jobs yes`, then `forkvisor retry`s it"
             )
         return self._identities.of(uid)
+
+    def _check_member_as_root(self, claim: Claim) -> None:
+        """A root manager runs a member's job as root only when told so (`check_root` looks
+        at the start; a member may join the group later)."""
+        submitter = claim.spec.submitted_by
+        if os.geteuid() == 0 and submitter not in (None, 0) and not self.members_as_root:
+            raise CannotRunAs(
+                f"it was submitted by a member (uid {submitter}) and this manager runs as root: it runs a member's "
+                "job as its submitter with --run-as-submitter (or as root with --members-as-root); restart it "
+                "so, then `forkvisor retry` the job"
+            )
 
 
 def _discard(box: CgroupRun | None) -> None:

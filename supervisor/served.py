@@ -65,17 +65,7 @@ class Served:
         self.outcomes = Outcomes(queue, self.health, self.stats.tally, label)
         self.containment = containment or ProcessContainment("none given")
         self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share, self.containment)
-        self.launcher = Launcher(
-            queue,
-            registry,
-            settings.commands,
-            settings.run_as_submitter,
-            index,
-            label,
-            spawner,
-            settings.pass_env,
-            self.containment,
-        )
+        self.launcher = Launcher(queue, registry, settings, index, label, spawner, self.containment)
         self.sweeper = sweeper.SweeperChild(
             queue, self.functions, settings.sweep_interval, settings.tmp_age, settings.retention, self._owner_name
         )

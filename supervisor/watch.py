@@ -20,6 +20,7 @@ _IN_CLOEXEC = os.O_CLOEXEC
 IN_CREATE = 0x100
 IN_MOVED_TO = 0x80
 IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000  # the watch is gone (its folder removed, or inotify_rm_watch)
 IN_ONLYDIR = 0x01000000
 IN_DONT_FOLLOW = 0x02000000
 _HEADER = struct.Struct("iIII")
@@ -82,6 +83,8 @@ class Watch:
             offset += length
             if mask & IN_Q_OVERFLOW:
                 yield None, ""
+            elif mask & IN_IGNORED:
+                self._folders.pop(wd, None)  # its folder went: the slot is free for another
             elif wd in self._folders:
                 yield self._folders[wd], os.fsdecode(name)
 

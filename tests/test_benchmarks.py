@@ -81,6 +81,7 @@ def test_the_keys_benchmark_runs(disk: Path) -> None:
     assert results["rates"]["50 keys"]["enqueue, fresh key"]["median"] > 0
 
 
+@pytest.mark.slow
 def test_the_web_benchmark_runs(disk: Path) -> None:
     results = web.main(["--dir", str(disk), "--done", "60", "--rounds", "1"])
     assert results["seconds"]["overview"]["median"] > 0

@@ -10,11 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.chaos.run import Config, Kind, run_chaos
 
 SEED = int(os.environ.get("FORKVISOR_CHAOS_SEED", "20261123"))
 
 
+@pytest.mark.slow
 def test_a_small_chaos_run_loses_nothing_and_explains_every_death(tmp_path: Path) -> None:
     config = Config(jobs=200, managers=3, seed=SEED, interval=0.15, quiesce_timeout=40.0)
     outcome = run_chaos(config, tmp_path / "chaos")

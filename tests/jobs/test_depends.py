@@ -15,6 +15,7 @@ import pytest
 
 from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, depends, new_job_id
 from jobs import files as job_files
+from jobs.config import TMP_AGE
 from jobs.job import ready_name
 from tests.jobs.conftest import Hand, add
 from tests.jobs_processes.invariants import check_invariants
@@ -135,19 +136,27 @@ def test_a_crash_between_a_parents_end_and_the_settling_is_repaired_by_a_sweep(q
 
 
 def test_edges_of_a_parent_that_is_nowhere_are_cleared_by_a_sweep(queue: Queue) -> None:
-    """A parent found nowhere (purged, or from an older forkvisor's take-in, never a job):
-    its dependents are settled as for a purged parent and its edges go, instead of being
-    walked by every sweep for ever. A parent that is merely scheduled keeps its edges."""
+    """A parent found nowhere: purged (it ended), its dependents are settled as for a done
+    parent; never purged (a member's parent refused at its take-in, a quarantined job),
+    after TMP_AGE its dependents are buried (once they ran as if it were done). Either way
+    its edges go, instead of being walked by every sweep for ever. A parent that is merely
+    scheduled keeps its edges."""
     live = queue.with_options(delay=3600).enqueue(add, 1, 1)  # in scheduled/: found only by a listing
     waits_on_live = after(queue, live)
-    ghost = new_job_id(time.time() - 60)
-    waits_on_ghost = after(queue, live)
-    (queue.path / "edges" / ghost).mkdir()
-    (queue.path / "edges" / ghost / waits_on_ghost).write_text("")
+    ghost, purged = new_job_id(time.time() - 60), new_job_id(time.time() - 61)
+    waits_on_ghost, waits_on_purged = after(queue, live), after(queue, live)
+    for parent, child in ((ghost, waits_on_ghost), (purged, waits_on_purged)):
+        (queue.path / "edges" / parent).mkdir()
+        (queue.path / "edges" / parent / child).write_text("")
+    (queue.path / "purged.log").write_text(f"2026-01-01T00:00:00Z purged done {purged}\n")
     queue.sweep(time.time(), lambda owner: None)
+    assert sorted(os.listdir(queue.path / "edges")) == sorted([live, ghost]), "the purged parent's edges went"
+    assert state(queue, waits_on_purged) is State.WAITING, "it still waits for its live parent"
+    queue.sweep(time.time() + TMP_AGE + 1, lambda owner: None)
     assert sorted(os.listdir(queue.path / "edges")) == [live], "the ghost's edges went, the live parent's stay"
-    assert sorted(os.listdir(queue.path / "edges" / live)) == sorted([waits_on_live, waits_on_ghost])
-    assert state(queue, waits_on_ghost) is State.WAITING, "it still waits for its live parent"
+    assert sorted(os.listdir(queue.path / "edges" / live)) == sorted([waits_on_live, waits_on_purged, waits_on_ghost])
+    assert state(queue, waits_on_ghost) is State.DEAD, "a parent that will never end"
+    assert "never purged" in queue.job(waits_on_ghost).error["message"]
 
 
 def test_a_members_thousand_parents_that_do_not_exist_bury_it_at_take_in(queue: Queue, hand: Hand) -> None:

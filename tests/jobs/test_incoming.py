@@ -15,6 +15,7 @@ import pytest
 from jobs import Queue, State, new_job_id
 from jobs import incoming as submissions
 from jobs.job import ready_name
+from tests.conftest import wait_until
 
 from .conftest import Hand
 
@@ -218,6 +219,37 @@ def test_a_take_in_interrupted_after_taking_the_id_takes_it_in_again(queue: Queu
     assert _notes(queue) == []
 
 
+def test_a_take_in_interrupted_long_ago_is_finished_by_its_mark(queue: Queue, hand: Hand) -> None:
+    """Once: the sweep renamed `.taking.ID.json` back to `ID.json` (renewing its change
+    time) and forgot `taken/ID` in the same pass: the next take-in found the file not dated
+    ahead of itself and quarantined it, a member's job lost. Now it is finished from there."""
+    job_id = new_job_id(time.time() + 1)
+    path = _planted(queue, job_id, {"function": "sample.echo"})
+    (queue.path / "taken" / job_id).write_text(f"{os.geteuid()} {path.stat().st_ino}\n")
+    os.rename(path, _mine(queue) / f".taking.{job_id}.json")  # where a take-in stopped
+    wait_until(lambda: time.time() > submissions.created_at(job_id) + 0.01, 5, "the id's moment is past")
+    later = time.time() + 120
+    queue.take_in(later, leftovers=True)
+    queue.take_in(later)
+    assert hand.names(State.READY) == [ready_name(job_id, 0)]
+    assert _notes(queue) == []
+
+
+def test_a_file_held_back_past_its_mark_cannot_take_a_scheduled_jobs_id(queue: Queue) -> None:
+    """A second file with the id of a job waiting in scheduled/, published before that id's
+    moment and held back (its folder set aside) until `taken/ID` was forgotten: refused."""
+    job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 7200})
+    queue.take_in()
+    assert queue.job(job_id).state is State.SCHEDULED
+    _planted(queue, job_id, {"function": "sample.echo", "args": ["the copy"]})  # before the id's moment
+    later = submissions.created_at(job_id) + 120
+    assert submissions.forget_taken(queue.folder, later) == 1
+    queue.take_in(later)
+    assert queue.job(job_id).state is State.SCHEDULED
+    assert queue.job(job_id).spec.args == ()
+    assert any(f"job {job_id} exists already (in scheduled/)" in note for note in _notes(queue))
+
+
 def test_taken_ids_are_forgotten_once_past(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo"})
     queue.take_in()
@@ -225,6 +257,40 @@ def test_taken_ids_are_forgotten_once_past(queue: Queue) -> None:
     assert submissions.forget_taken(queue.folder, time.time() + 3600) == 1
     assert os.listdir(queue.path / "taken") == []
     assert queue.job(job_id).state is State.READY
+
+
+def test_the_mark_of_a_take_in_stopped_half_way_is_kept(queue: Queue) -> None:
+    job_id = _submit(queue, {"function": "sample.echo"})
+    path = _mine(queue) / f"{job_id}.json"
+    (queue.path / "taken" / job_id).write_text(f"{os.geteuid()} {path.stat().st_ino}\n")
+    os.rename(path, _mine(queue) / f".taking.{job_id}.json")
+    assert submissions.forget_taken(queue.folder, time.time() + 3600) == 0, "its take-in finishes by it"
+    assert os.listdir(queue.path / "taken") == [job_id]
+
+
+def test_a_folder_changed_again_and_again_is_said_once(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once: each chmod made a new entry in the take-in's memory, and a warning: a member
+    toggling a mode wrote 26,047 warnings in 10 s. Now one per folder and reason."""
+    monkeypatch.setattr(submissions.Intake, "RELIST", 0.0)  # each take-in lists incoming/ afresh
+    bad = queue.path / "incoming" / str(os.geteuid())
+    bad.mkdir()
+    for turn in range(20):
+        bad.chmod(0o777 if turn % 2 else 0o757)  # writable by all, either way
+        queue.take_in()
+    said = [record for record in caplog.records if "set aside incoming/" in record.getMessage()]
+    assert len(said) == 1, [record.getMessage() for record in said]
+    assert queue.intake_skipped[1] == 1
+    bad.rmdir()
+    queue.take_in()
+    assert queue.intake_skipped == ({}, 0), "forgotten once gone"
+
+
+def test_a_cancel_takes_in_only_the_submission_it_cancels(queue: Queue) -> None:
+    first, second, third = (_submit(queue, {"function": "sample.echo", "args": [n]}) for n in range(3))
+    assert queue.cancel(second) is State.DEAD
+    assert [queue.job(job_id).state for job_id in (first, third)] == [State.INCOMING, State.INCOMING]
 
 
 def test_the_owner_cancels_a_job_not_taken_in_yet(queue: Queue) -> None:

@@ -60,6 +60,8 @@ def test_each_tick_enqueues_one_job_named_by_its_tick(queue: Queue) -> None:
 def test_ids_of_two_schedules_at_one_tick_differ_and_sort_by_time() -> None:
     assert tick_job_id("a", T0) != tick_job_id("b", T0)
     assert tick_job_id("a", T0, b"one secret") != tick_job_id("a", T0, b"another"), "unguessable without it"
+    suffixes = {tick_job_id("a", T0 + n, b"one secret")[16:] for n in range(100)}
+    assert len(suffixes) == 100, "one tick's id tells nothing of the next one's"
     assert tick_job_id("a", T0) < tick_job_id("a", T0 + 1)
     assert tick_job_id("a", T0).startswith("20270115-080000-")
 

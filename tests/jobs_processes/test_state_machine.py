@@ -338,3 +338,4 @@ QueueMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestQueueStateMachine = QueueMachine.TestCase
+TestQueueStateMachine = pytest.mark.slow(TestQueueStateMachine)

@@ -23,8 +23,11 @@ import pytest
 
 from jobs import Queue, State, new_job_id
 from tests.jobs_processes import invariants
-from tests.processes import APP, APP_PATH
+from tests.processes import APP, APP_PATH, Processes, wait_until
 from tests.security.conftest import ALICE, BOB, SUBMIT, SUBMIT_COMMAND, TEAM, as_root, as_user, python_as
+
+LONELY = "fvlonely"  # a group with no member
+RETRY = "import sys; from jobs import Queue; Queue(sys.argv[1], create=False).retry(sys.argv[2])"
 
 
 @pytest.fixture
@@ -193,6 +196,60 @@ def test_root_serves_members_as_root_only_when_told(roots_queue: Path) -> None:
     told = as_root("run", roots_queue, "--app", APP, *APP_PATH, "--burst", "--members-as-root")
     assert told.returncode == 0, told.stderr
     assert Queue(roots_queue, create=False).job(job_id).result["uid"] == 0
+
+
+def test_a_forged_submitter_in_a_refused_submission_is_never_believed(roots_queue: Path) -> None:
+    """Once: a submission refused for a bad run_at was buried with the member's text as its
+    job.json, `submitted_by` included; bob's "alice" stood, and after root's retry, a
+    manager --run-as-submitter ran bob's command as alice. Now the owner writes job.json
+    (who submitted it, from the folder), the text is kept aside, and no one can retry it."""
+    forged = {
+        "function": "forkvisor.command",
+        "args": ["id"],
+        "run_at": "tomorrow",
+        "submitted_by": {"uid": _uid(ALICE)},
+    }
+    mine = roots_queue / "incoming" / str(_uid(BOB))
+    planted = new_job_id(time.time() + 5)
+    script = f"mkdir -p -m 770 {mine} && cat > {mine}/.x && mv {mine}/.x {mine}/{planted}.json"
+    planting = subprocess.run([*as_user(BOB), "sh", "-c", script], input=json.dumps(forged), text=True, timeout=30)
+    assert planting.returncode == 0
+    assert _serve(roots_queue, "--commands").returncode == 0
+    queue = Queue(roots_queue, create=False)
+    dead = queue.job(planted)
+    assert dead.state is State.DEAD
+    assert 'field "run_at"' in dead.error["message"]
+    recorded = json.loads((dead.path / "job.json").read_text())
+    assert recorded["submitted_by"]["uid"] == _uid(BOB), "the folder's owner, never the text"
+    assert json.loads((dead.path / "submission.json").read_text()) == forged, "bob's text, kept aside"
+    for retry in (python_as(ALICE, RETRY, roots_queue, planted), as_root("retry", roots_queue, planted)):
+        assert retry.returncode != 0, "neither alice nor root can retry what never was a job"
+        assert f"cannot retry job {planted}: job.json has no" in retry.stderr, retry.stderr
+    assert queue.job(planted).state is State.DEAD
+    invariants.check_invariants(roots_queue, [planted])
+
+
+def test_a_root_manager_runs_no_members_job_as_root_when_the_group_gained_members_since_its_start(
+    procs: Processes, roots_queue: Path
+) -> None:
+    """The check at the start saw no member; a member joined (here: the queue's group became
+    the team's) and submitted: the job is refused, saying how to run it, never run as root."""
+    subprocess.run(["groupadd", "-f", LONELY], check=True)
+    os.chown(roots_queue, 0, grp.getgrnam(LONELY).gr_gid)  # a group with no member: the manager starts
+    queue = Queue(roots_queue, create=False)
+    manager = procs.run_manager(queue)
+    wait_until(lambda: os.listdir(roots_queue / "claimed") or manager.poll() is not None, 20, "it registered")
+    assert manager.poll() is None, procs.log(manager)
+    os.chown(roots_queue, 0, grp.getgrnam(TEAM).gr_gid)
+    job_id = python_as(ALICE, SUBMIT, roots_queue, "sample.whoami").stdout.strip()
+    wait_until(lambda: queue.job(job_id).state is State.DEAD, 20, "alice's job was refused")
+    manager.terminate()
+    assert procs.wait_exit(manager, 20, "the manager") == 0, procs.log(manager)
+    error = queue.job(job_id).error
+    assert "this manager runs as root" in error["message"], error
+    assert "--run-as-submitter" in error["message"], error
+    assert queue.job(job_id).result is None
+    invariants.check_invariants(roots_queue, [job_id])
 
 
 def test_jobs_get_none_of_the_managers_secrets(roots_queue: Path) -> None:

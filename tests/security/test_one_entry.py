@@ -153,6 +153,7 @@ def _deep_tree(top: Path, depth: int) -> None:
     os.close(fd)
 
 
+@pytest.mark.slow
 def test_a_deep_tree_is_purged_without_recursion_and_the_sweeper_finishes_the_rest(
     procs: Processes, queue: Queue, deep_trees: None
 ) -> None:

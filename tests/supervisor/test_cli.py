@@ -455,6 +455,7 @@ def _fewer_processes(others: int, allowed: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     os.geteuid() != 0 or not (shutil.which("setpriv") and shutil.which("prlimit")),
     reason="needs root, setpriv and prlimit to make fork fail with EAGAIN",

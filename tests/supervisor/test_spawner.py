@@ -135,6 +135,7 @@ def test_a_vforked_child_runs_nothing_once_its_manager_is_gone(tmp_path: Path, v
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_many_vforks_leave_the_managers_memory_intact(vforked: Vforked) -> None:
     """The child shares the manager's memory until it execs: a child that wrote into the
     frames it came from corrupted the heap, and a collection crashed later (a first version
@@ -154,6 +155,7 @@ def test_many_vforks_leave_the_managers_memory_intact(vforked: Vforked) -> None:
     assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
+@pytest.mark.slow
 def test_managers_killed_while_they_vfork_command_jobs_lose_none_and_count_every_run(
     procs: Processes, queue: Queue, tmp_path: Path, vforked: Vforked
 ) -> None:
