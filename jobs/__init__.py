@@ -50,9 +50,9 @@ from types import MappingProxyType
 __version__ = "0.1.0"  # the one source of truth (pyproject.toml reads it)
 __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on the path would shadow it
 
-from jobs import run_folder
+from jobs import output, run_folder
 from jobs.access import owner_group_members
-from jobs.claim import Claim
+from jobs.claim import Claim, ClaimState
 from jobs.command import COMMAND, Command, command_call
 from jobs.config import BUILT_IN as _BUILT_IN
 from jobs.config import SETTINGS as QUEUE_SETTINGS
@@ -82,7 +82,7 @@ from jobs.errors import (
     storage_error,
 )
 from jobs.fate import Cause, Reason
-from jobs.folder import CANCEL_FILE, DRAIN_FILE
+from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE
 from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
 from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, is_owner_name, unknown_liveness
@@ -109,6 +109,7 @@ __all__ = [
     "DEFAULT_MISSED",
     "DRAIN_FILE",
     "DURATION_BUCKETS",
+    "FREEZE_FILE",
     "MISSED",
     "NOT_PAUSED",
     "OUTCOMES",
@@ -125,6 +126,7 @@ __all__ = [
     "Cause",
     "Claim",
     "ClaimLost",
+    "ClaimState",
     "Command",
     "Current",
     "Functions",
@@ -175,6 +177,7 @@ __all__ = [
     "is_job_id",
     "is_owner_name",
     "new_job_id",
+    "output",
     "owner_group_members",
     "parse_duration",
     "parse_size",

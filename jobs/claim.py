@@ -21,12 +21,20 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobs import depends, fate, files, sweep, view
 from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
 from jobs.fate import Cause
-from jobs.folder import OUTCOME_FILE, RESULT_FILE, QueueFolder, cancel_requested, entry_problem, indented_json
+from jobs.folder import (
+    OUTCOME_FILE,
+    RESULT_FILE,
+    QueueFolder,
+    cancel_requested,
+    entry_problem,
+    frozen_run,
+    indented_json,
+)
 from jobs.handles import Dir, Entry
 from jobs.index import ReadyIndex
 from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
@@ -39,6 +47,14 @@ log = logging.getLogger(__name__)
 NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # what opening a folder that is gone, a file or a link raises
 EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
 EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
+
+
+class ClaimState(NamedTuple):
+    """What a manager looks at in a running job's folder (`Claimer.state`)."""
+
+    held: bool  # the job is where its claim put it (False: a sweeper took it back)
+    cancelled: bool  # an operator cancelled it
+    frozen: bool  # an operator froze this run (`forkvisor pause --job`)
 
 
 @dataclass(frozen=True)
@@ -292,15 +308,16 @@ class Claimer:
 
     # -- a claimed job ---------------------------------------------------------------
 
-    def state(self, claim: Claim) -> tuple[bool, bool]:
-        """Whether the claimed job is still where its claim put it, and whether an operator
-        cancelled it; OSError when it cannot be looked at now (not the same as gone)."""
+    def state(self, claim: Claim) -> ClaimState:
+        """Whether the claimed job is still where its claim put it, whether an operator
+        cancelled it or froze its run; OSError when it cannot be looked at now (not the
+        same as gone)."""
         try:
             with claim.place.open() as job:
-                return True, cancel_requested(job)
+                return ClaimState(True, cancel_requested(job), frozen_run(job) == claim.run)
         except OSError as exc:
             if exc.errno in NOT_A_FOLDER:  # gone, or not a folder any more
-                return False, False
+                return ClaimState(False, False, False)
             raise
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:

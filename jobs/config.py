@@ -3,6 +3,7 @@
     max_attempts  attempts a job gets unless it or its function says otherwise (3)
     timeout       seconds a job may run unless it or its function says otherwise (none)
     memory_limit  bytes of RSS a job may use unless it or its function says otherwise (none)
+    output_limit  bytes of stdout, and of stderr, a run keeps: the head and the tail (8M)
     backoff       delay between attempts unless the job or its function says otherwise
                   (exponential 1s 5m)
     lease         seconds a silent manager keeps its claims (30)
@@ -11,7 +12,7 @@
                   jobs on a queue of root's (no: they end dead, saying so)
 
 Only the settings someone set are stored; the rest take the built-in values
-above. The first four are the queue's level of a job's policy (see
+above. The first five are the queue's level of a job's policy (see
 `jobs.policy`); managers take `lease` and `retention` when they start, unless
 told otherwise.
 """
@@ -26,10 +27,13 @@ from jobs.errors import InvalidJob
 from jobs.retry import DEFAULT_BACKOFF, Backoff
 from jobs.units import MAX_DURATION, MAX_SIZE, parse_duration, parse_size
 
+DEFAULT_OUTPUT_LIMIT = 8 << 20  # a run's output beyond this costs disk and tells little: head and tail
+
 BUILT_IN: dict[str, Any] = {
     "max_attempts": 3,
     "timeout": None,
     "memory_limit": None,
+    "output_limit": DEFAULT_OUTPUT_LIMIT,
     "backoff": str(DEFAULT_BACKOFF),
     "lease": 30.0,
     "retention": None,
@@ -97,6 +101,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "max_attempts": _attempts,
     "timeout": lambda value: _seconds(value, optional=True),
     "memory_limit": _bytes,
+    "output_limit": _bytes,
     "backoff": _backoff,
     "lease": lambda value: _seconds(value, optional=False),
     "retention": lambda value: _seconds(value, optional=True),

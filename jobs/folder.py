@@ -40,6 +40,7 @@ ERROR_FILE = "error.json"
 RESULT_FILE = "result.json"
 OUTCOME_FILE = "outcome.json"
 CANCEL_FILE = "cancel"
+FREEZE_FILE = "frozen"  # in a running job's folder: its manager freezes the run it names (`forkvisor pause --job`)
 DRAIN_FILE = "drain"  # in the queue folder: a request that every manager drain (`forkvisor drain`)
 QUARANTINE = "quarantine"
 TMP = "tmp"
@@ -55,6 +56,18 @@ FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHE
 def cancel_requested(job: Dir) -> bool:
     """Whether an operator cancelled the job (its `cancel` marker is there): it never runs again."""
     return job.exists(CANCEL_FILE)
+
+
+def frozen_run(job: Dir) -> int | None:
+    """The run an operator froze (its `frozen` marker says `run N`), if any: a marker left
+    from an earlier run names that one, and freezes no other."""
+    if not job.exists(FREEZE_FILE):
+        return None
+    try:
+        words = files.read_limited(FREEZE_FILE, 64, job.fd).split()
+    except OSError:
+        return None
+    return int(words[1]) if len(words) == 2 and words[0] == b"run" and words[1].isdigit() else None
 
 
 class QueueFolder:

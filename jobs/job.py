@@ -157,7 +157,7 @@ class JobOptions:
     whatever the function or the queue say.
 
     Durations may be seconds, text ("5m") or a `timedelta`; `run_at` epoch seconds or an
-    aware `datetime`; `memory_limit` bytes or text ("512M"); `backoff` text
+    aware `datetime`; `memory_limit` and `output_limit` bytes or text ("512M"); `backoff` text
     ("exponential 1s 5m", "fixed 30s") or a `Backoff`.
     """
 
@@ -167,6 +167,7 @@ class JobOptions:
     delay: float | None = None
     run_at: float | None = None
     memory_limit: int | None = None
+    output_limit: int | None = None  # bytes of stdout and of stderr a run keeps (`jobs.output`)
     backoff: str | None = None
     metadata: Mapping[str, Any] | None = None
     key: str | None = None  # at most one live job per key in the queue (`jobs.keys`)
@@ -182,6 +183,7 @@ class JobOptions:
             self._normalise("delay", seconds_of(self.delay, "delay"))
             self._normalise("run_at", epoch_of(self.run_at, "run_at"))
             self._normalise("memory_limit", bytes_of(self.memory_limit, "memory_limit"))
+            self._normalise("output_limit", bytes_of(self.output_limit, "output_limit"))
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
         if self.backoff is not None:
@@ -194,6 +196,7 @@ class JobOptions:
         _check_positive_int("max_attempts", self.max_attempts, MAX_ATTEMPTS)
         _check_limit("timeout", self.timeout, MAX_DURATION, "100 years")
         _check_limit("memory_limit", self.memory_limit, MAX_SIZE, f"{MAX_SIZE} bytes")
+        _check_limit("output_limit", self.output_limit, MAX_SIZE, f"{MAX_SIZE} bytes")
         if self.priority is not None:
             check_priority(self.priority)
         if self.metadata is not None and not isinstance(self.metadata, Mapping):
@@ -237,7 +240,7 @@ def check_key(key: object) -> str:
     return key
 
 
-POLICY_FIELDS = ("max_attempts", "timeout", "memory_limit", "backoff")
+POLICY_FIELDS = ("max_attempts", "timeout", "memory_limit", "output_limit", "backoff")
 """The fields of a spec that a function's registration and the queue may also set."""
 
 
@@ -257,6 +260,7 @@ class JobSpec:
     timeout: float | None = None  # 0: no limit
     priority: int = 0
     memory_limit: int | None = None  # 0: no limit
+    output_limit: int | None = None  # 0: no limit
     backoff: str | None = None
     created: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
@@ -278,6 +282,7 @@ class JobSpec:
             "timeout": self.timeout,
             "priority": self.priority,
             "memory_limit": self.memory_limit,
+            "output_limit": self.output_limit,
             "backoff": self.backoff,
         }
         document.update((key, value) for key, value in given.items() if value is not None)
@@ -347,6 +352,7 @@ _SPEC_TYPES: dict[str, tuple[type, ...]] = {
     "timeout": (int, float, type(None)),
     "priority": (int,),
     "memory_limit": (int, type(None)),
+    "output_limit": (int, type(None)),
     "backoff": (str, type(None)),
     "created": (int, float),
     "metadata": (dict,),
@@ -375,6 +381,7 @@ def _validated_fields(document: dict[str, Any], job_id: str) -> dict[str, Any]:
         timeout=fields.get("timeout"),
         priority=fields.get("priority"),
         memory_limit=fields.get("memory_limit"),
+        output_limit=fields.get("output_limit"),
         backoff=fields.get("backoff"),
     )
     if not fields["function"]:
@@ -467,6 +474,7 @@ class Job:
     error: Mapping[str, Any] | None = None
     owner: str | None = None
     policy: Policy | None = None  # what its newest run was started under (attempt-N/policy.json)
+    frozen: bool = False  # its newest run is frozen by an operator (`Queue.freeze`), as its folder says
 
     @property
     def function(self) -> str:

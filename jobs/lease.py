@@ -53,6 +53,7 @@ class Owner:
     pid_namespace: str | None = None
     concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
     runs: str | None = None  # the cgroup folder holding its runs' cgroups (None: its runs have none)
+    containment: str | None = None  # how it contains its runs: "cgroup" or "processes" (None: an older manager)
 
     @classmethod
     def new(cls, pid: int | None = None, **details: Any) -> Owner:
@@ -84,6 +85,7 @@ class Owner:
             _is_number(owner.started),
             owner.concurrency is None or (_is_number(owner.concurrency) and isinstance(owner.concurrency, int)),
             owner.runs is None or isinstance(owner.runs, str),
+            owner.containment is None or isinstance(owner.containment, str),
         ]
         if not all(checks):
             raise InvalidJob(f"owner file has a field of the wrong type: {owner}")

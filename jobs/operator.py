@@ -1,4 +1,4 @@
-"""What an operator does to a queue's jobs and its managers: cancel, retry, ask for a drain.
+"""What an operator does to a queue's jobs and its managers: cancel, freeze, retry, ask for a drain.
 
 Functions over a `QueueFolder`, as `jobs.sweep` and `jobs.view` are; `Queue` calls them.
 A member of a shared queue does none of these directly: they ask through `incoming/`
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from jobs import depends, fate, files, keys, view
 from jobs.errors import InvalidJob, WrongState
-from jobs.folder import CANCEL_FILE, DRAIN_FILE, QueueFolder
+from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, QueueFolder
 from jobs.job import State, ready_name
 
 
@@ -38,6 +38,30 @@ def cancel(folder: QueueFolder, job_id: str, now: float, take_in: Callable[[floa
             return State.DEAD
         except FileNotFoundError:
             continue  # it finished, went back, was claimed or promoted meanwhile
+
+
+def freeze(folder: QueueFolder, job_id: str, frozen: bool, now: float) -> int:
+    """Mark (or unmark) the run of a running job as frozen; its manager acts on it at once.
+    The run's number; WrongState if the job is not running."""
+    state, place = view.locate(folder, job_id)
+    if state is not State.CLAIMED:
+        raise WrongState(
+            f"cannot {'pause' if frozen else 'resume'} job {job_id}: it is {state.value}, and only a running "
+            "job can be (`forkvisor pause QUEUE --function F` holds the jobs of F that have not started)"
+        )
+    try:
+        with place.open() as job:
+            run = view.last_attempt(job)
+            if frozen:
+                files.replace_file(
+                    FREEZE_FILE, f"run {run}\n".encode(), durable=False, mode=folder.file_mode, dir_fd=job.fd
+                )
+            else:
+                files.unlink_if_there(FREEZE_FILE, job.fd)
+            folder.log_event(job, f"{'pause' if frozen else 'resume'} of run {run} requested", now)
+    except FileNotFoundError:
+        raise WrongState(f"cannot {'pause' if frozen else 'resume'} job {job_id}: its run ended meanwhile") from None
+    return run
 
 
 def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str], None]) -> None:

@@ -1,6 +1,6 @@
 """A job's effective policy, resolved in one order whatever path submitted it.
 
-For each of `max_attempts`, `timeout`, `memory_limit` and `backoff` the first
+For each of `max_attempts`, `timeout`, `memory_limit`, `output_limit` and `backoff` the first
 level that sets it wins:
 
     the job (job.json)  >  its function's registration  >  the queue (queue.json)  >  built in
@@ -12,7 +12,7 @@ registry: it resolves the policy then, writes it into the run's folder
 (`attempt-N/policy.json`, with where each value came from), and every later
 decision about that run (its timeout, its memory limit, whether it was the last
 attempt, its backoff; the sweeper's too, if the manager dies) reads the same
-values. A timeout or memory limit of 0 at any level means "no limit" there.
+values. A timeout, memory or output limit of 0 at any level means "no limit" there.
 
 `Functions` says what one manager can run: the functions of its registry, and
 command jobs if it runs them. A job naming anything else is left for a
@@ -54,6 +54,7 @@ class Policy:
     max_attempts: int
     timeout: float | None  # None: no limit
     memory_limit: int | None  # None: no limit
+    output_limit: int | None  # None: no limit
     backoff: str  # as it reads: "exponential 1s 5m", "fixed 0.2s", "custom (wait_chain)"
     sources: Mapping[str, Source]
     wait: WaitStrategy = field(default=None, compare=False, repr=False)  # the strategy itself
@@ -71,17 +72,20 @@ class Policy:
         """Decode a run's `policy.json`; raise InvalidJob if it is not one."""
         document = parse_document(data, POLICY_FILE)
         try:
-            sources = {name: Source(document["sources"][name]) for name in POLICY_FIELDS}
+            recorded = document["sources"]
+            # a run recorded before output_limit existed kept all of its output
+            sources = {name: Source(recorded.get(name, Source.DEFAULT)) for name in POLICY_FIELDS}
             policy = cls(
                 max_attempts=document["max_attempts"],
                 timeout=document["timeout"],
                 memory_limit=document["memory_limit"],
+                output_limit=document.get("output_limit"),
                 backoff=document["backoff"],
                 sources=sources,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidJob(f"{POLICY_FILE} is not a policy ({type(exc).__name__}: {exc})") from None
-        limits_ok = all(_is_limit(value) for value in (policy.timeout, policy.memory_limit))
+        limits_ok = all(_is_limit(value) for value in (policy.timeout, policy.memory_limit, policy.output_limit))
         if not _is_count(policy.max_attempts) or not isinstance(policy.backoff, str) or not limits_ok:
             raise InvalidJob(f"{POLICY_FILE} has a field of the wrong type")
         return policy
@@ -106,6 +110,7 @@ def resolve(spec: JobSpec, registered: Registered | None, queue_settings: Mappin
         max_attempts=values["max_attempts"],
         timeout=values["timeout"] or None,  # 0: no limit
         memory_limit=values["memory_limit"] or None,
+        output_limit=values["output_limit"] or None,
         backoff=describe(wait),
         sources=sources,
         wait=wait,
@@ -135,7 +140,7 @@ class PolicyMemo:
         if functions is not self._functions or queue_settings is not self._settings:
             self._known.clear()  # another claimer's functions, or a settings reload (a new mapping)
             self._functions, self._settings = functions, queue_settings
-        key = (spec.function, spec.max_attempts, spec.timeout, spec.memory_limit, spec.backoff)
+        key = (spec.function, spec.max_attempts, spec.timeout, spec.memory_limit, spec.output_limit, spec.backoff)
         found = self._known.get(key)
         if found is None:
             if len(self._known) >= MEMO_SIZE:
@@ -199,6 +204,7 @@ def registration_from(name: str, declared: Mapping[str, Any]) -> Registered | No
             max_attempts=declared.get("max_attempts"),
             timeout=declared.get("timeout"),
             memory_limit=declared.get("memory_limit"),
+            output_limit=declared.get("output_limit"),
         )
     except InvalidJob:
         return None
@@ -210,6 +216,7 @@ def registration_from(name: str, declared: Mapping[str, Any]) -> Registered | No
         max_attempts=options.max_attempts,
         timeout=options.timeout,
         memory_limit=options.memory_limit,
+        output_limit=options.output_limit,
         backoff=None if backoff is None else Described(backoff),
     )
 

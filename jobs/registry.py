@@ -38,6 +38,7 @@ class Registered:
     max_attempts: int | None = None
     timeout: float | None = None  # 0: no limit, whatever the queue says
     memory_limit: int | None = None  # 0: no limit
+    output_limit: int | None = None  # 0: no limit
     backoff: WaitStrategy | None = None
     priority: int | None = None  # used when the function object is enqueued (the name carries it)
 
@@ -89,6 +90,7 @@ class Registry:
         max_attempts: int | None = None,
         timeout: float | str | Any = None,
         memory_limit: int | str | None = None,
+        output_limit: int | str | None = None,
         backoff: str | WaitStrategy | None = None,
         priority: int | None = None,
         schedule: str | None = None,
@@ -103,6 +105,7 @@ class Registry:
         max_attempts: int | None = None,
         timeout: float | str | Any = None,
         memory_limit: int | str | None = None,
+        output_limit: int | str | None = None,
         backoff: str | WaitStrategy | None = None,
         priority: int | None = None,
         schedule: str | None = None,
@@ -110,15 +113,16 @@ class Registry:
         """Register a function; use as `@registry.job` or `@registry.job(max_attempts=5, timeout="5m")`.
 
         `timeout` takes seconds, text ("5m") or a timedelta, 0 for no limit; `memory_limit`
-        bytes or text ("512M"); `backoff` text ("exponential 1s 5m", "fixed 30s") or any
+        and `output_limit` bytes or text ("512M"); `backoff` text ("exponential 1s 5m", "fixed 30s") or any
         tenacity wait strategy. `schedule` (a cron expression in UTC, or "every 30s") also
         runs it periodically, as `periodic` does with its defaults.
         """
         try:  # the forms JobOptions takes from `with_options`, checked the same way
             seconds, size = seconds_of(timeout, "timeout"), bytes_of(memory_limit, "memory_limit")
+            output = bytes_of(output_limit, "output_limit")
         except ValueError as exc:
             raise InvalidJob(str(exc)) from None
-        checked = JobOptions(max_attempts=max_attempts, timeout=seconds, memory_limit=size)
+        checked = JobOptions(max_attempts=max_attempts, timeout=seconds, memory_limit=size, output_limit=output)
         wait = None if backoff is None else as_backoff(backoff)
         if priority is not None:
             check_priority(priority)
@@ -130,6 +134,7 @@ class Registry:
                 max_attempts=checked.max_attempts,
                 timeout=checked.timeout,
                 memory_limit=checked.memory_limit,
+                output_limit=checked.output_limit,
                 backoff=wait,
                 priority=priority,
             )

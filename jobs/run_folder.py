@@ -26,6 +26,7 @@ from jobs import document, files
 from jobs.claim import Claim
 from jobs.errors import InvalidJob
 from jobs.handles import open_below
+from jobs.output import OUTPUT_FILES as OUTPUT_FILES  # the child opens them here
 from jobs.units import LATEST_MOMENT
 
 RESULT_FILE = "result.json"
@@ -34,7 +35,6 @@ PID_FILE = "pid"
 PROGRESS_FILE = "progress.json"  # what the job says of its progress (`jobs.current().progress`)
 MAX_PROGRESS_BYTES = 4096
 MAX_MESSAGE = 500  # characters of a progress message kept
-OUTPUT_FILES = ("stdout", "stderr")
 MAX_ERROR_BYTES = 1 << 20  # error.json with its traceback
 _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

@@ -52,7 +52,7 @@ _NICKNAMES = {  # cron's nicknames, which cronsim does not read
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_OPTION_FIELDS = ("max_attempts", "timeout", "priority", "memory_limit", "backoff", "metadata")
+_OPTION_FIELDS = ("max_attempts", "timeout", "priority", "memory_limit", "output_limit", "backoff", "metadata")
 
 
 def check_name(name: object) -> str:

@@ -26,7 +26,7 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,12 +70,17 @@ class Tally:
 
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (function, outcome) -> runs
     durations: dict[str, Durations] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # function -> CPU seconds of its runs (every process)
+    oom_kills: dict[str, int] = field(default_factory=dict)  # function -> processes the kernel killed at its limit
     reverts: int = 0  # claims a sweeper gave back because their owner died or its lease expired
     expiries: int = 0  # owners a sweeper found dead or expired (and fenced)
     changes: int = field(default=0, compare=False)  # runs counted by this object: has it changed?
 
-    def run_ended(self, function: str, outcome: str, seconds: float) -> None:
+    def run_ended(self, function: str, outcome: str, seconds: float, cpu: float = 0.0, oom_kills: int = 0) -> None:
         self.changes += 1
+        self.cpu[function] = self.cpu.get(function, 0.0) + cpu
+        if oom_kills:
+            self.oom_kills[function] = self.oom_kills.get(function, 0) + oom_kills
         key = (function, outcome)
         self.runs[key] = self.runs.get(key, 0) + 1
         found = self.durations.get(function)
@@ -91,6 +96,10 @@ class Tally:
             mine = self.durations.setdefault(function, Durations())
             mine.buckets = [a + sign * b for a, b in zip(mine.buckets, durations.buckets, strict=True)]
             mine.total += sign * durations.total
+        for function, seconds in other.cpu.items():
+            self.cpu[function] = self.cpu.get(function, 0.0) + sign * seconds
+        for function, kills in other.oom_kills.items():
+            self.oom_kills[function] = self.oom_kills.get(function, 0) + sign * kills
         self.reverts += sign * other.reverts
         self.expiries += sign * other.expiries
 
@@ -100,7 +109,7 @@ class Tally:
         return copied
 
     def functions(self) -> set[str]:
-        return {function for function, _ in self.runs} | set(self.durations)
+        return {function for function, _ in self.runs} | set(self.durations) | set(self.cpu)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +117,8 @@ class Tally:
             "version": 1,
             "runs": [[function, outcome, count] for (function, outcome), count in sorted(self.runs.items())],
             "durations": {name: {"buckets": each.buckets, "sum": each.total} for name, each in self.durations.items()},
+            "cpu": self.cpu,
+            "oom_kills": self.oom_kills,
             "reverts": self.reverts,
             "expiries": self.expiries,
         }
@@ -131,7 +142,21 @@ class Tally:
             if not (isinstance(buckets, list) and len(buckets) == len(BUCKETS)) or not isinstance(total, int | float):
                 raise InvalidJob(f"stats: the durations of {function!r:.80} are not a histogram of {len(BUCKETS)}")
             tally.durations[function] = Durations([_count(n) for n in buckets], float(total))
+        tally.cpu = _per_function(found.get("cpu", {}), _seconds)  # (absent from files of older managers)
+        tally.oom_kills = _per_function(found.get("oom_kills", {}), _count)
         return tally
+
+
+def _per_function(found: Any, check: Callable[[Any], Any]) -> dict[str, Any]:
+    if not isinstance(found, dict) or len(found) > MAX_FUNCTIONS:
+        raise InvalidJob("stats: cpu and oom_kills must be objects of at most 1000 functions")
+    return {str(function): check(value) for function, value in found.items()}
+
+
+def _seconds(value: Any) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value < 1e15:
+        raise InvalidJob(f"stats: seconds must be a number, at least 0, not {value!r:.80}")
+    return float(value)
 
 
 def _count(value: Any) -> int:

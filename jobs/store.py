@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from jobs import depends, files, incoming, listing, operator, run_folder, stats, sweep, timetable, view, waiting
 from jobs import pause as pause_file
-from jobs.claim import Claim, Claimer
+from jobs.claim import Claim, Claimer, ClaimState
 from jobs.command import command_call
 from jobs.config import TMP_AGE
 from jobs.errors import (
@@ -232,9 +232,10 @@ class Queue:
         """
         return self._claimer.claim(owner, _now(now), functions, paused)
 
-    def claim_state(self, claim: Claim) -> tuple[bool, bool]:
+    def claim_state(self, claim: Claim) -> ClaimState:
         """Whether the claimed job is still where its claim put it, and whether an operator
-        cancelled it; OSError when it cannot be looked at now (not the same as gone)."""
+        cancelled it or froze its run; OSError when it cannot be looked at now (not the
+        same as gone)."""
         return self._claimer.state(claim)
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float | None = None) -> None:
@@ -542,6 +543,11 @@ class Queue:
         marked, and its manager stops it. Return the job's state after the call."""
         take_in = lambda when: self._intake.take_in_one(job_id, when, self._take_in_actions(when))  # noqa: E731
         return operator.cancel(self.folder, job_id, _now(now), take_in)
+
+    def freeze(self, job_id: str, frozen: bool = True, now: float | None = None) -> int:
+        """Freeze (or thaw) the run of a running job: its manager stops (or continues) every
+        process of the run at once; its timeout does not run while it is frozen. The run's number."""
+        return operator.freeze(self.folder, job_id, frozen, _now(now))
 
     def retry(self, job_id: str, now: float | None = None) -> None:
         """Send a dead job back to `ready/` with a fresh set of attempts."""

@@ -191,6 +191,8 @@ class Publisher:
         document["priority"] = priority
         if options.memory_limit is not None:
             document["memory_limit"] = options.memory_limit
+        if options.output_limit is not None:
+            document["output_limit"] = options.output_limit
         if options.backoff is not None:
             document["backoff"] = options.backoff
         document["created"] = now

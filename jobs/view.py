@@ -20,7 +20,7 @@ from typing import Any
 
 from jobs import document, files, incoming
 from jobs.errors import InvalidJob, JobNotFound
-from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder
+from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, frozen_run
 from jobs.handles import Dir, Entry
 from jobs.job import (
     MAX_PRIORITY,
@@ -283,6 +283,7 @@ def _read_open_job(folder: QueueFolder, state: State, place: Entry, job: Dir, jo
         error=_read_json(job, ERROR_FILE, 1 << 20) if state is State.DEAD else None,
         owner=path.parent.name if state is State.CLAIMED else None,
         policy=recorded_policy(job, history[-1].number) if history else None,
+        frozen=state is State.CLAIMED and bool(history) and frozen_run(job) == history[-1].number,
     )
 
 

@@ -65,6 +65,7 @@ struct job {
     const char *cwd;
     pid_t manager;
     int cgroup; /* the run's cgroup.procs, opened for writing, or -1: the child writes itself in */
+    int memory; /* the run's memory cgroup's cgroup.procs (cgroup v1), or -1 */
     /* Written by the child in the memory it shares with the manager until it execs or exits. */
     volatile int stage, error;
 };
@@ -96,6 +97,8 @@ static void _Py_NO_RETURN child_exec(struct job *job) {
     }
     if (job->cgroup >= 0 && write(job->cgroup, "0", 1) != 1)
         goto failed; /* into the run's cgroup before the program runs: all it starts stays there */
+    if (job->memory >= 0 && write(job->memory, "0", 1) != 1)
+        goto failed; /* and into its memory cgroup, whose limit it then has */
     for (int fd = 0; fd < 3; fd++)
         if (dup2(job->stdio[fd], fd) < 0)
             goto failed;
@@ -133,8 +136,8 @@ static PyObject *spawn(PyObject *module, PyObject *args) {
     PyObject *candidates, *argv, *envp, *cwd;
     struct job job = {.stage = STAGE_RUNS, .error = 0};
     int manager;
-    if (!PyArg_ParseTuple(args, "O!O!O!iiiOii", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type, &envp,
-                          &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager, &job.cgroup))
+    if (!PyArg_ParseTuple(args, "O!O!O!iiiOiii", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type, &envp,
+                          &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager, &job.cgroup, &job.memory))
         return NULL;
     if (cwd != Py_None && (job.cwd = PyBytes_AsString(cwd)) == NULL)
         return NULL; /* not bytes */

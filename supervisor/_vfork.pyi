@@ -15,5 +15,6 @@ def spawn(
     cwd: bytes | None,
     manager: int,
     cgroup: int,
+    memory: int,
     /,
 ) -> tuple[int, int, int]: ...

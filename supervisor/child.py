@@ -24,7 +24,7 @@ import traceback
 from typing import TextIO
 
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
-from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED
+from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED, NO_CGROUPS, Cgroups
 from supervisor.privileges import Identity, become_in_child, hand_over
 from supervisor.titles import Role, set_title
 
@@ -37,11 +37,11 @@ def run_attempt(
     durable: bool,
     file_mode: int = 0o600,
     identity: Identity | None = None,
-    cgroup: int = -1,
+    cgroups: Cgroups = NO_CGROUPS,
 ) -> int:
     """Run one attempt of a Python job (as `identity`, if given; in its run's cgroup, if its
-    `cgroup.procs` is given); return the exit status for `os._exit`."""
-    run = _begin(claim, file_mode, identity, cgroup)
+    `cgroup.procs` are given); return the exit status for `os._exit`."""
+    run = _begin(claim, file_mode, identity, cgroups)
     if run is None:
         return EXIT_ORPHANED
     spec = claim.spec
@@ -62,11 +62,15 @@ def run_attempt(
 
 
 def run_command(
-    claim: Claim, command: Command, file_mode: int = 0o600, identity: Identity | None = None, cgroup: int = -1
+    claim: Claim,
+    command: Command,
+    file_mode: int = 0o600,
+    identity: Identity | None = None,
+    cgroups: Cgroups = NO_CGROUPS,
 ) -> int:
     """Exec a command job's program in this child (as `identity`, if given, in a clean
     environment; in its run's cgroup, if given); return an exit status only if exec failed."""
-    run = _begin(claim, file_mode, identity, cgroup)
+    run = _begin(claim, file_mode, identity, cgroups)
     if run is None:
         return EXIT_ORPHANED
     try:
@@ -100,16 +104,17 @@ def _enter(folder: str) -> None:
         raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
-def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroup: int) -> int | None:
+def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroups: Cgroups) -> int | None:
     """What every job's child does first: into its run's cgroup (given one: every process the
     job starts stays in it), title, output, pid, the user it runs as (given an `identity`, the
     run's folder and output become theirs, then the child becomes them), environment. (Its
     own random stream it already has: `random` reseeds itself in every forked child.) Return
     the descriptor of the run's folder, through which every file of the run is written; None
     if the folder is gone: a sweeper took the claim back before we started."""
-    if cgroup >= 0:
-        os.write(cgroup, b"0")  # as root still, when it runs as its submitter: the cgroup is the manager's
-        os.close(cgroup)
+    for procs in cgroups:  # as root still, when it runs as its submitter: the cgroups are the manager's
+        if procs >= 0:
+            os.write(procs, b"0")
+            os.close(procs)
     set_title(
         Role.JOB,
         f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}",

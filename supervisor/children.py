@@ -16,13 +16,20 @@ import signal
 import time
 from collections.abc import Callable, Collection, Iterator
 
-from jobs import Claim
+from jobs import Claim, ClaimState
 from supervisor import containment, forking, limits
 from supervisor.containment import CgroupRun
 from supervisor.pacing import Backoff
 from supervisor.running import Running, Stop
 
 log = logging.getLogger(__name__)
+
+
+def run_mark(running: Running) -> str:
+    """The mark every exec'd process of the run bears (its run folder: `containment`)."""
+    return f"{running.claim.place.path}/attempt-{running.claim.run}"
+
+
 FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
 
@@ -85,6 +92,9 @@ class Children:
         are found by their mark at the next check (`_end_strays`)."""
         box = running.box
         if box is not None:
+            running.cost = box.cost()  # before it goes: the kernel's count of every process it held
+            if running.cost["oom_kills"] and running.stopped is None:
+                running.stopped = Stop.MEMORY  # the kernel killed at its limit: that is why it ended
             box.kill()
             if not box.remove():
                 self._emptying.append(box)  # removed once the kernel has killed them (`enforce`)
@@ -95,8 +105,28 @@ class Children:
 
     # -- stopping --------------------------------------------------------------------
 
+    def freeze(self, running: Running, frozen: bool, now: float) -> None:
+        """Freeze (or thaw) every process of the run: its cgroup's freezer, else SIGSTOP (SIGCONT)
+        to its tree and to what it left elsewhere bearing its mark. Its timeout stands still."""
+        job_id = running.claim.job_id
+        if frozen:
+            running.frozen_since = now
+        elif running.frozen_since is not None:
+            running.frozen_for += now - running.frozen_since
+            running.frozen_since = None
+        log.warning("job %s pid %d: %s by an operator", job_id, running.pid, "frozen" if frozen else "thawed")
+        if running.box is not None:
+            running.box.freeze(frozen)
+            return
+        signum = signal.SIGSTOP if frozen else signal.SIGCONT
+        self._signal(running, signum)
+        self._signal_marked(running, signum)
+
     def stop(self, running: Running, why: Stop, now: float) -> None:
-        """SIGTERM the job's tree now, SIGKILL it after the grace period (`enforce`)."""
+        """SIGTERM the job's tree now, SIGKILL it after the grace period (`enforce`); a frozen
+        run is thawed first, so that it can act on the SIGTERM."""
+        if running.frozen_since is not None:
+            self.freeze(running, False, now)
         running.stopped = why
         running.kill_at = now + self.kill_grace
         log.warning("job %s pid %d: %s, sending SIGTERM", running.claim.job_id, running.pid, why.value)
@@ -116,25 +146,27 @@ class Children:
     def check_claims(
         self,
         queue: int,
-        claim_state: Callable[[Claim], tuple[bool, bool]],
+        claim_state: Callable[[Claim], ClaimState],
         now: float,
         only: Collection[str] | None = None,
     ) -> None:
         """Kill the jobs of the `queue`-th queue whose claim a sweeper took back; stop those an
-        operator cancelled (of those whose ids are in `only`, if given). `claim_state` says
-        whether a claim still holds and whether its job was cancelled."""
+        operator cancelled, freeze or thaw those an operator froze or let go (of those whose
+        ids are in `only`, if given). `claim_state` says what the job's folder says."""
         for running in self.of(queue):
             if only is not None and running.claim.job_id not in only:
                 continue
             try:
-                held, cancelled = claim_state(running.claim)
+                state = claim_state(running.claim)
             except OSError as exc:  # its folder cannot be looked at now: look again at the next heartbeat
                 log.warning("cannot check the claim of job %s: %s", running.claim.job_id, exc)
                 continue
-            if not running.lost and not held:
+            if not running.lost and not state.held:
                 self.kill_lost(running)
-            elif running.stopped is None and cancelled:
+            elif running.stopped is None and state.cancelled:
                 self.stop(running, Stop.CANCELLED, now)
+            elif running.stopped is None and state.frozen != (running.frozen_since is not None):
+                self.freeze(running, state.frozen, now)
 
     def drain(self, now: float, timeout: float) -> None:
         """Let the jobs run `timeout` more seconds, then stop them (they go back, not counted)."""
@@ -153,6 +185,8 @@ class Children:
                 self._escalate(running, now)
             elif (hit := limits.limit_hit(running, now, check_memory)) is not None:
                 self.stop(running, hit, now)
+            if check_memory and running.claim.policy.output_limit:
+                limits.bound_output(running)
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None  # done once: kill_at takes it from here
             for running in self.running.values():
@@ -168,7 +202,7 @@ class Children:
             elif running.stopped is None:  # a stopped job waits on kill_at
                 policy = running.claim.policy
                 if policy.timeout:
-                    soonest = min(soonest, running.started + policy.timeout)
+                    soonest = min(soonest, limits.deadline_of(running))
                 if policy.memory_limit:
                     soonest = min(soonest, self._next_memory_check)
         if len(self.running) < self.concurrency and not self.forks.due(now):
@@ -200,12 +234,25 @@ class Children:
     def _end_strays(self) -> None:
         """Kill the orphans (adopted: the manager is a subreaper) of runs that ended, found by
         their run's mark: where runs have no cgroup, what a job left in another session."""
-        live = {f"{running.claim.place.path}/attempt-{running.claim.run}" for running in self.running.values()}
+        live = {run_mark(running) for running in self.running.values()}
         for pid, pidfd, mark in containment.strays(set(self.running)):
             try:
                 if mark not in live:
                     log.warning("killing pid %d, left by the ended run %s", pid, mark)
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # gone meanwhile
+            finally:
+                os.close(pidfd)
+
+    @staticmethod
+    def _signal_marked(running: Running, signum: signal.Signals) -> None:
+        """Signal the processes of the run that left its tree (adopted: we are a subreaper)."""
+        mark = run_mark(running)
+        for _pid, pidfd, found in containment.strays(set()):
+            try:
+                if found == mark:
+                    signal.pidfd_send_signal(pidfd, signum)
             except ProcessLookupError:
                 pass  # gone meanwhile
             finally:

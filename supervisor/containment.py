@@ -38,8 +38,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jobs import is_owner_name
+from supervisor import run_memory
 from supervisor.errors import Unavailable
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ def detect(preference: str = "auto") -> Containment:
         return ProcessContainment("asked for (--containment processes)")
     base, why_not = _writable_base()
     if base is not None:
-        return CgroupContainment(base)
+        memory, why_no_memory = run_memory.detect()
+        return CgroupContainment(base, memory, why_no_memory)
     if preference == "cgroup":
         raise Unavailable(f"--containment cgroup: {why_not}")
     return ProcessContainment(why_not)
@@ -135,8 +138,9 @@ class Containment:
     def prune(self) -> None:
         """Remove the empty places of dead owners' runs (at a manager's start)."""
 
-    def new_run(self, owner: str, job_id: str, run: int) -> CgroupRun | None:
-        """A cgroup for a run about to start (None: not in cgroups)."""
+    def new_run(self, owner: str, job_id: str, run: int, memory_limit: int | None = None) -> CgroupRun | None:
+        """A cgroup for a run about to start (None: not in cgroups), with its memory limited
+        to `memory_limit` bytes where a memory controller is ours."""
         return None
 
 
@@ -153,11 +157,17 @@ class ProcessContainment(Containment):
 class CgroupContainment(Containment):
     mode = "cgroup"
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, memory: run_memory.Memory | None = None, why_no_memory: str = "") -> None:
         self.base = base
+        self.memory = memory
+        self.why_no_memory = why_no_memory
 
     def describe(self) -> str:
-        return f"cgroup (each run in its own, below {self.base})"
+        if self.memory is not None:
+            limits = f"memory limits by the kernel, below {self.memory.base}"
+        else:
+            limits = f"memory limits by watching the RSS: {self.why_no_memory}"
+        return f"cgroup (each run in its own, below {self.base}; {limits})"
 
     def runs_folder(self, owner: str) -> str | None:
         return os.path.join(self.base, owner)
@@ -167,12 +177,16 @@ class CgroupContainment(Containment):
             os.mkdir(os.path.join(self.base, owner))
         except FileExistsError:
             pass
+        if self.memory is not None:
+            self.memory.open_owner(owner)
 
     def close_owner(self, owner: str) -> None:
         try:
             os.rmdir(os.path.join(self.base, owner))
         except OSError:
             pass  # runs still being emptied: the next reaper of this owner removes it
+        if self.memory is not None:
+            self.memory.close_owner(owner)
 
     def prune(self) -> None:
         """Remove the empty cgroups of owners whose process is gone (never one with a process
@@ -191,8 +205,10 @@ class CgroupContainment(Containment):
                 os.rmdir(folder)
             except OSError:
                 pass  # a run still has processes
+        if self.memory is not None:
+            self.memory.prune(lambda name: is_owner_name(name) and not os.path.exists(f"/proc/{name.split('.')[-2]}"))
 
-    def new_run(self, owner: str, job_id: str, run: int) -> CgroupRun | None:
+    def new_run(self, owner: str, job_id: str, run: int, memory_limit: int | None = None) -> CgroupRun | None:
         path = os.path.join(self.base, owner, f"{job_id}.{run}")
         try:
             os.mkdir(path)
@@ -203,6 +219,8 @@ class CgroupContainment(Containment):
             return None
         found = CgroupRun(path)
         found.kill()  # what an earlier claim of this run left (nothing, usually)
+        if self.memory is not None:
+            found.memory = self.memory.new_run(owner, job_id, run, memory_limit)
         return found.opened()
 
 
@@ -213,20 +231,43 @@ class CgroupRun:
 
     path: str
     procs: int = -1
+    memory: run_memory.RunMemory | None = None  # its memory cgroup, where a memory controller is ours
 
     def opened(self) -> CgroupRun:
         self.procs = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         return self
 
+    def entries(self) -> tuple[int, int]:
+        """The `cgroup.procs` the run's first process writes itself into (its cgroup's and its
+        memory cgroup's, or -1), before any of the job's code."""
+        return self.procs, -1 if self.memory is None else self.memory.procs
+
     def enter(self) -> None:
-        """In the run's first process, before any of the job's code: move into the cgroup."""
-        os.write(self.procs, b"0")
+        """In the run's first process, before any of the job's code: move into the cgroups."""
+        enter(self.entries())
 
     def started(self) -> None:
-        """In the manager, once the child started: it has its own copy of the descriptor."""
+        """In the manager, once the child started: it has its own copy of the descriptors."""
         if self.procs >= 0:
             os.close(self.procs)
             self.procs = -1
+        if self.memory is not None:
+            self.memory.started()
+
+    def cost(self) -> dict[str, Any]:
+        """What the run's processes used, all of them, as the kernel counted: CPU seconds
+        (user, system), and where its memory cgroup is, its peak and OOM kills."""
+        usage = _keyed(os.path.join(self.path, "cpu.stat"))
+        found: dict[str, Any] = {
+            "cpu_user": usage.get("user_usec", 0) / 1e6,
+            "cpu_system": usage.get("system_usec", 0) / 1e6,
+            "peak_memory": None,
+            "oom_kills": None,
+            "from": "cgroup",
+        }
+        if self.memory is not None:
+            found.update(peak_memory=self.memory.peak(), oom_kills=self.memory.oom_kills())
+        return found
 
     def pids(self) -> list[int]:
         try:
@@ -255,16 +296,16 @@ class CgroupRun:
         return _event(self.path, "populated") != "0"
 
     def remove(self) -> bool:
-        """Remove the cgroup once empty; whether it is gone."""
+        """Remove the cgroup (and its memory cgroup) once empty; whether both are gone."""
         try:
             os.rmdir(self.path)
         except FileNotFoundError:
-            return True
+            pass
         except OSError as exc:
             if exc.errno in (errno.EBUSY, errno.ENOTEMPTY):
                 return False
             raise
-        return True
+        return self.memory is None or self.memory.remove()
 
     @property
     def _relative(self) -> str:
@@ -300,6 +341,25 @@ def _cgroup_of(pid: int) -> str | None:
 
 def _exited(pidfd: int) -> bool:
     return bool(select.select([pidfd], [], [], 0)[0])
+
+
+def enter(procs: tuple[int, ...]) -> None:
+    """Write this process into each cgroup whose `cgroup.procs` is given (-1: none); the
+    child's side, before any of the job's code."""
+    for fd in procs:
+        if fd >= 0:
+            os.write(fd, b"0")
+
+
+def _keyed(path: str) -> dict[str, int]:
+    """A cgroup file of `key value` lines (`cpu.stat`), its whole numbers by key."""
+    try:
+        with open(path, "rb") as found:
+            lines = found.read(65536).splitlines()
+    except OSError:
+        return {}
+    pairs = (line.split(b" ", 1) for line in lines)
+    return {key.decode(): int(value) for key, value in (pair for pair in pairs if len(pair) == 2) if value.isdigit()}
 
 
 def _write(path: str, text: str) -> None:

@@ -23,6 +23,9 @@ import psutil
 
 from supervisor import signals
 
+Cgroups = tuple[int, int]  # the `cgroup.procs` a child writes itself into: its run's, its memory's (-1: none)
+NO_CGROUPS: Cgroups = (-1, -1)
+
 try:
     from supervisor import _vfork
 
@@ -108,11 +111,15 @@ def spawn(path: str, argv: list[str], env: dict[str, str], stdio: tuple[int, int
 
 
 def vfork_exec(
-    program: tuple[str, ...], env: dict[str, str], stdio: tuple[int, int, int], cwd: str | None, cgroup: int = -1
+    program: tuple[str, ...],
+    env: dict[str, str],
+    stdio: tuple[int, int, int],
+    cwd: str | None,
+    cgroups: Cgroups = NO_CGROUPS,
 ) -> int:
     """Start `program` (looked up in `env`'s PATH) as a forked child would be set up (its own
     process group, death with the manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at
-    their default, in its run's cgroup if `cgroup`, that cgroup's `cgroup.procs`, is given)
+    their default, in its run's cgroups if `cgroups`, their `cgroup.procs`, are given)
     without copying the manager: `supervisor/_vfork.c`. Return its pid. If it could not
     start, it has exited (70, 71, 126 or 127 as a forked child would) and why is written to
     its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
@@ -125,7 +132,7 @@ def vfork_exec(
         *stdio,
         None if cwd is None else os.fsencode(cwd),
         os.getpid(),
-        cgroup,
+        *cgroups,
     )
     if stage not in (_vfork.STAGE_RUNS, _vfork.STAGE_ORPHANED):  # (orphaned: its manager is gone)
         _say_why(stage, error, name, cwd, stdio[2])

@@ -8,16 +8,18 @@ error and traceback the child recorded, and the tail of its stderr.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import time
 from typing import Any
 
-from jobs import COMMAND, Claim, Queue, State, run_folder
+from jobs import COMMAND, Claim, Queue, State, format_size, output, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 from supervisor.running import Running, Stop
 
 STDERR_TAIL_BYTES = 4096
+log = logging.getLogger(__name__)
 Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
 
 
@@ -25,10 +27,24 @@ def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[st
     """The `outcome.json` record of one attempt."""
     run = _open_run(running.claim)
     try:
-        return _outcome(running, status, now_wall, run)
+        record = _outcome(running, status, now_wall, run)
+        record["output_dropped"] = _compacted(running, run)
+        return record
     finally:
         if run is not None:
             os.close(run)
+
+
+def _compacted(running: Running, run: int | None) -> dict[str, int]:
+    """Bound the run's output to its limit, head and tail; the bytes dropped, by file."""
+    limit = running.claim.policy.output_limit
+    if run is None or not limit:
+        return {}
+    try:
+        return output.compact(run, limit)
+    except OSError as exc:  # a full disk, say: the output stays whole, the outcome is recorded
+        log.warning("job %s: could not bound its output: %s", running.claim.job_id, exc)
+        return {}
 
 
 def _open_run(claim: Claim) -> int | None:
@@ -59,8 +75,21 @@ def _outcome(running: Running, status: ExitStatus, now_wall: float, run: int | N
         "cpu_user": round(usage.ru_utime, 6),
         "cpu_system": round(usage.ru_stime, 6),
         "max_rss_kb": usage.ru_maxrss,
+        "cost": running.cost or _cost_of(usage),
         "error": _recorded_error(status, run) or limit_error(running, status),
         "stderr_tail": stderr_tail(run),
+    }
+
+
+def _cost_of(usage: Any) -> dict[str, Any]:
+    """What a run used where it had no cgroup: its process's, and of the descendants that
+    process waited for (the kernel adds theirs to its own at each wait)."""
+    return {
+        "cpu_user": round(usage.ru_utime, 6),
+        "cpu_system": round(usage.ru_stime, 6),
+        "peak_memory": usage.ru_maxrss * 1024,  # of its largest process, not of the tree at once
+        "oom_kills": None,
+        "from": "wait4",
     }
 
 
@@ -120,8 +149,10 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
     if running.stopped is Stop.TIMEOUT:
         return {"type": "Timeout", "message": f"ran past its timeout of {policy.timeout or 0:g}s; {status.describe()}"}
     if running.stopped is Stop.MEMORY:
-        limit_mb = (policy.memory_limit or 0) / 2**20
-        return {"type": "MemoryLimit", "message": f"used more than {limit_mb:.0f} MiB RSS; {status.describe()}"}
+        limit, peak = format_size(policy.memory_limit), (running.cost or {}).get("peak_memory")
+        if peak is not None:  # the kernel's limit, and its count of the peak
+            return {"type": "MemoryLimit", "message": f"killed: memory limit {limit}, peak {format_size(peak)}"}
+        return {"type": "MemoryLimit", "message": f"used more than {limit} RSS; {status.describe()}"}
     if running.stopped is Stop.CANCELLED:
         return {"type": "Cancelled", "message": f"cancelled by an operator; {status.describe()}"}
     if running.stopped is Stop.DRAIN:

@@ -17,6 +17,7 @@ from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
 from supervisor.containment import CgroupRun, Containment, ProcessContainment
 from supervisor.errors import CannotRunAs, ConfigError
+from supervisor.forking import NO_CGROUPS
 from supervisor.outcomes import Outcomes, describe, job_fields
 from supervisor.settings import Settings
 from supervisor.spawner import RunGone, Spawner
@@ -59,7 +60,7 @@ class Launcher:
         """Start the job's child (in its run's cgroup, where runs have one); a job that cannot
         start here is dead, one the host cannot start a process for goes back (its attempt
         not counted)."""
-        box = self.containment.new_run(claim.owner, claim.job_id, claim.run)
+        box = self.containment.new_run(claim.owner, claim.job_id, claim.run, claim.policy.memory_limit)
         try:
             create = self.creator(claim, close_fds, box)
         except (JobsError, CannotRunAs) as exc:  # unknown function, malformed command, no such submitter
@@ -95,7 +96,7 @@ class Launcher:
         """What starts the job's child (into `box`, its run's cgroup, if given) and returns its
         pid; JobsError (or CannotRunAs) if the job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
-        cgroup = -1 if box is None else box.procs
+        cgroups = NO_CGROUPS if box is None else box.entries()
         body: Callable[[], int]
         if claim.spec.function == COMMAND:
             command = self._command(claim)
@@ -103,11 +104,11 @@ class Launcher:
             # As a submitter, or into a cgroup a spawn cannot enter before its program runs: forked.
             if spawner is not None and identity is None and (box is None or spawner.enters_cgroup):
                 environment = {**os.environ, **job_environment(claim), **command.env}
-                return lambda: spawner.spawn(claim, command, environment, queue.file_mode, cgroup)
-            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroup)  # noqa: E731
+                return lambda: spawner.spawn(claim, command, environment, queue.file_mode, cgroups)
+            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroups)  # noqa: E731
         else:
             registered = self.registry.get(claim.spec.function)
-            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroup)  # noqa: E731
+            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroups)  # noqa: E731
         return lambda: forking.start_child(body, close_fds)
 
     def _command(self, claim: Claim) -> Command:

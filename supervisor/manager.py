@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 
 from jobs import Owner, Queue, Registry
-from supervisor import containment, forking, logfiles, privileges
+from supervisor import containment, forking, logfiles, privileges, titles
 from supervisor.budget import Budget
 from supervisor.children import Children
 from supervisor.errors import Stalled
@@ -87,6 +87,7 @@ class Manager:
         self.registry = registry if registry is not None else Registry()
         self.settings = options = Settings(**settings)  # type: ignore[arg-type]  # what was given, checked
         check_root(options.run_as_submitter, options.members_as_root, opened)
+        titles.prepare()  # before the environment changes (below), or no title would ever show
         privileges.forget_own_variables(os.environ)  # read by now; no job inherits them
         caps = queue_caps(opened, queue_concurrency or {})
         own = [for_queue(queue, settings) for queue in opened]  # each queue's settings

@@ -72,6 +72,14 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
     durations = HistogramMetricFamily(
         "forkvisor_run_duration_seconds", "Wall time of each run", labels=["queue", "function"]
     )
+    cpu = CounterMetricFamily(
+        "forkvisor_run_cpu_seconds",
+        "CPU time of runs: every process of each with cgroups, else the job's and those it waited for",
+        labels=["queue", "function"],
+    )
+    oom_kills = CounterMetricFamily(
+        "forkvisor_oom_kills", "Processes of runs the kernel killed at their memory limit", labels=["queue", "function"]
+    )
     expiries = CounterMetricFamily(
         "forkvisor_lease_expiries", "Managers a sweeper found dead or past their lease", labels=["queue"]
     )
@@ -94,6 +102,10 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
             heartbeat.add_metric([queue, manager.owner], manager.heartbeat_age)
         running.add_metric([queue], len(taken.running))
         _add_counters(queue, tally, runs, retries, dead, durations)
+        for function in sorted(tally.cpu):
+            cpu.add_metric([queue, function], tally.cpu[function])
+        for function in sorted(tally.oom_kills):
+            oom_kills.add_metric([queue, function], tally.oom_kills[function])
         expiries.add_metric([queue], tally.expiries)
         reverts.add_metric([queue], tally.reverts)
     return [
@@ -109,6 +121,8 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         retries,
         dead,
         durations,
+        cpu,
+        oom_kills,
         expiries,
         reverts,
     ]

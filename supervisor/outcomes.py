@@ -187,7 +187,9 @@ class Outcomes:
         if retry is not None:
             heapq.heappush(self._retries, retry)
         ended = _ended(running, state)
-        self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"])
+        cost = outcome["cost"]
+        cpu = cost["cpu_user"] + cost["cpu_system"]
+        self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"], cpu, cost["oom_kills"] or 0)
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             self._say(running, status, outcome, state, retry, ended)
         if state.terminal:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 import psutil
 
@@ -34,6 +35,10 @@ class Running:
     lost: bool = False  # its claim was taken back: its end is recorded nowhere
     descendants: list[psutil.Process] = field(default_factory=list)  # (where runs have no cgroup)
     box: CgroupRun | None = None  # its run's cgroup, where runs have one
+    output_unbounded: bool = False  # its output could not be bounded as it ran (said once)
+    frozen_since: float | None = None  # monotonic: when an operator froze it (None: it runs)
+    frozen_for: float = 0.0  # seconds it spent frozen before (its timeout does not run meanwhile)
+    cost: dict[str, Any] | None = None  # what its cgroup counted, read at its end (`CgroupRun.cost`)
 
     @property
     def released(self) -> bool:

@@ -75,7 +75,7 @@ class Served:
         self.replaced: QueueReplaced | None = None  # its folders changed under us: the manager drains, then fails
         self._request_drain = request_drain
         self._stats_due = 0.0
-        self._cancelled: set[str] = set()  # running jobs whose folder gained a `cancel` mark
+        self._marked: set[str] = set()  # running jobs whose folder gained (or lost) an operator's mark
         self._stats_written = 0  # `tally.changes` when the counters were last written
 
     def register_at_start(self) -> None:
@@ -102,8 +102,8 @@ class Served:
         if news.missed:
             queue.note_ready_missed()
         self.take_in_due = self.take_in_due or news.incoming
-        if news.cancelled:
-            self._cancelled.update(news.cancelled)
+        if news.marked:
+            self._marked.update(news.marked)
         if news.poll:
             self.check_folders()
             self._reload_settings()
@@ -163,13 +163,14 @@ class Served:
 
     def keep_lease(self, now: float, children: Children) -> None:
         """Heartbeat; give back claims no child holds; stop the children whose claim a sweeper
-        took back or an operator cancelled; register anew if a sweeper reaped us. Write the
-        counters when they changed, at most every `STATS_EVERY` seconds."""
+        took back or an operator cancelled, freeze those an operator froze; register anew if
+        a sweeper reaped us. Write the counters when they changed, at most every
+        `STATS_EVERY` seconds."""
         if now >= self._stats_due:
             self.write_stats(now)
-        if self._cancelled:  # an operator's cancel marked them (inotify): stop them now, not at the heartbeat
-            children.check_claims(self.index, self.queue.claim_state, now, only=self._cancelled)
-            self._cancelled = set()
+        if self._marked:  # an operator marked them (inotify): act now, not at the heartbeat
+            children.check_claims(self.index, self.queue.claim_state, now, only=self._marked)
+            self._marked = set()
         if not self.tenancy.heartbeat_due(now):
             return
         self.check_folders()

@@ -40,6 +40,7 @@ class ManagerInfo:
     concurrency: int | None = None  # how many of the queue's jobs it runs at once, at most
     busy: int = 0  # how many it runs now
     live: bool = False  # serving now, as a sweeper judges it (`OwnerFolder.is_live`)
+    containment: str | None = None  # how it contains its runs: "cgroup" or "processes"
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,7 @@ def job_summary(job: Job, policy: Policy) -> dict[str, Any]:
         "priority": job.spec.priority,
         "created": job.created,
         "owner": job.owner,
+        "frozen": job.frozen,
         "error": (job.error or {}).get("message") if job.state is State.DEAD else None,
         "entry": job.path.name,  # its name in its state's folder: `list --after` takes it
         "key": job.spec.key,
@@ -157,6 +159,7 @@ def job_document(job: Job, policy: Policy, events: list[str]) -> dict[str, Any]:
             "max_attempts": job.spec.max_attempts,
             "timeout": job.spec.timeout,
             "memory_limit": job.spec.memory_limit,
+            "output_limit": job.spec.output_limit,
             "backoff": job.spec.backoff,
             "metadata": dict(job.spec.metadata),
         },
@@ -169,7 +172,7 @@ def job_document(job: Job, policy: Policy, events: list[str]) -> dict[str, Any]:
 
 
 def _policy(policy: Policy) -> list[tuple[str, Any]]:
-    return [(name, policy.to_json()[name]) for name in ("max_attempts", "timeout", "memory_limit", "backoff")]
+    return [(name, value) for name, value in policy.to_json().items() if name != "sources"]
 
 
 def _manager_info(found: OwnerFolder, owner: Owner, now: float, busy: int) -> ManagerInfo:
@@ -188,6 +191,7 @@ def _manager_info(found: OwnerFolder, owner: Owner, now: float, busy: int) -> Ma
         owner.concurrency,
         busy,
         found.is_live(now, liveness.is_alive),
+        owner.containment,
     )
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from jobs import Claim, Command, run_folder
 from supervisor import forking
+from supervisor.forking import NO_CGROUPS, Cgroups
 
 log = logging.getLogger(__name__)
 NAME = "forkvisor-job"  # how sh names itself in its own messages ("forkvisor-job: 1: exec: x: not found")
@@ -59,9 +60,9 @@ class Spawner:
     enters_cgroup = False  # whether its process can enter the run's cgroup before the program runs
 
     def spawn(
-        self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int, cgroup: int = -1
+        self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int, cgroups: Cgroups = NO_CGROUPS
     ) -> int:
-        """Start the command job's process (in the run's cgroup, given its `cgroup.procs`:
+        """Start the command job's process (in the run's cgroups, given their `cgroup.procs`:
         only where `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a
         sweeper took the claim back); OSError if the host cannot spawn."""
         try:
@@ -76,7 +77,7 @@ class Spawner:
             stdin, stdout, stderr = opened
             # Absolute, as os.chdir would take it: sh's cd looks a relative one up in $CDPATH.
             cwd = os.path.join(os.getcwd(), command.cwd) if command.cwd else None
-            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd, cgroup)
+            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd, cgroups)
             try:
                 run_folder.write_pid(run, file_mode, pid)
             except OSError:
@@ -92,7 +93,7 @@ class Spawner:
         env: dict[str, str],
         stdio: tuple[int, int, int],
         cwd: str | None,
-        cgroup: int = -1,
+        cgroups: Cgroups = NO_CGROUPS,
     ) -> int:
         """Start `program` with `stdio` as its 0, 1 and 2, in `cwd` (None: where the manager
         is); return its pid."""
@@ -113,7 +114,7 @@ class Vforked(Spawner):
         spawner = cls()
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
-            status = forking.wait_for(spawner.start(("true",), dict(os.environ), (null, null, null), None, -1), 10)
+            status = forking.wait_for(spawner.start(("true",), dict(os.environ), (null, null, null), None), 10)
         except OSError as exc:
             log.info("command jobs are not vforked: %s", exc)
             return None
@@ -130,9 +131,9 @@ class Vforked(Spawner):
         env: dict[str, str],
         stdio: tuple[int, int, int],
         cwd: str | None,
-        cgroup: int = -1,
+        cgroups: Cgroups = NO_CGROUPS,
     ) -> int:
-        return forking.vfork_exec(program, env, stdio, cwd, cgroup)
+        return forking.vfork_exec(program, env, stdio, cwd, cgroups)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class Chained(Spawner):
         env: dict[str, str],
         stdio: tuple[int, int, int],
         cwd: str | None,
-        cgroup: int = -1,
+        cgroups: Cgroups = NO_CGROUPS,
     ) -> int:
         return forking.spawn(self.setpriv, self.argv(os.getpid(), cwd, program), env, stdio)
 

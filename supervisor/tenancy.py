@@ -82,7 +82,8 @@ class Tenancy:
         if self.owner is not None:  # reaped: its runs' place goes once the reaper emptied it
             self.containment.close_owner(self.owner.name)
         owner = liveness.this_owner(self.lease, self.queue.filesystem_now(), self.concurrency)
-        self.owner = replace(owner, runs=self.containment.runs_folder(owner.name))  # where a reaper finds its runs
+        runs = self.containment.runs_folder(owner.name)  # where a reaper finds its runs
+        self.owner = replace(owner, runs=runs, containment=self.containment.mode)
         self.containment.open_owner(owner.name)
         self.queue.register_owner(self.owner, self.functions)
         self.registered = True

@@ -14,7 +14,7 @@ import ctypes
 import enum
 import time
 
-from setproctitle import setproctitle
+from setproctitle import getproctitle, setproctitle
 
 _PR_SET_NAME = 15
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -29,6 +29,13 @@ class Role(enum.Enum):
 
 
 _NAMES = {role: role.value.encode() for role in Role}
+
+
+def prepare() -> None:
+    """Let setproctitle find the memory it writes titles into (the end of argv and of the
+    environment) before anything changes the environment: once a variable is removed, it
+    finds none, and every later title is silently lost (`ps`, `pgrep`, Slurm see nothing)."""
+    getproctitle()
 
 
 def set_title(role: Role, title: str) -> None:

@@ -19,10 +19,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs import CANCEL_FILE, DRAIN_FILE, PAUSE_FILE, Queue, State
+from jobs import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, PAUSE_FILE, Queue, State
 from supervisor.running import Running
 from supervisor.signals import SignalPipe
-from supervisor.watch import IN_CREATE, Watch, open_watch
+from supervisor.watch import IN_CREATE, IN_DELETE, IN_MOVED_TO, Watch, open_watch
 
 log = logging.getLogger(__name__)
 MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
@@ -33,7 +33,7 @@ class News:
     loop turns once or twice per job, and every object it makes is a page the manager may
     write after a fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    __slots__ = ("cancelled", "drain", "incoming", "missed", "pause", "poll", "ready")
+    __slots__ = ("drain", "incoming", "marked", "missed", "pause", "poll", "ready")
 
     def __init__(self) -> None:
         self.reset()
@@ -45,7 +45,7 @@ class News:
         self.drain = False  # a new drain request stands in the queue folder
         self.pause = False  # the queue's pause file changed
         self.poll = False  # time for the safety net: look at everything
-        self.cancelled: Sequence[str] = ()  # running jobs whose folder gained a `cancel` mark
+        self.marked: Sequence[str] = ()  # running jobs whose folder gained (or lost) a `cancel` or `frozen` mark
 
 
 class Wakeup:
@@ -84,13 +84,13 @@ class QueueWatch:
             self._watch_member(member)
 
     def follow_job(self, job_id: str, folder: str) -> None:
-        """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` mark: an operator's
-        cancel stops it at once, not at the manager's next heartbeat (which still looks: on
-        NFS another host's mark makes no event here)."""
+        """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` and `frozen` marks:
+        an operator's cancel stops it (a pause freezes it) at once, not at the manager's next
+        heartbeat (which still looks: on NFS another host's mark makes no event here)."""
         if self.watch is None:
             return
         try:
-            wd = self.watch.add(folder, IN_CREATE)
+            wd = self.watch.add(folder, IN_CREATE | IN_MOVED_TO | IN_DELETE)
         except OSError:
             return  # (moved meanwhile: its end is near) the heartbeat looks for its mark
         self._jobs[job_id] = folder, wd
@@ -120,17 +120,17 @@ class QueueWatch:
             return
         ready, incoming = self.queue.state_path(State.READY), self.queue.state_path(State.INCOMING)
         names: list[str] = []
-        cancelled: list[str] = []
+        marked: list[str] = []
         found = self.news
-        found.ready, found.cancelled = names, cancelled
+        found.ready, found.marked = names, marked
         for folder, name in self.watch.read():
             if folder is None:
                 found.missed = True
             elif folder == ready:
                 names.append(name)
             elif isinstance(folder, str):  # a running job's folder (the only ones watched by a string)
-                if name == CANCEL_FILE and folder in self._job_at:
-                    cancelled.append(self._job_at[folder])
+                if name in (CANCEL_FILE, FREEZE_FILE) and folder in self._job_at:
+                    marked.append(self._job_at[folder])
             elif folder == incoming:
                 found.incoming = True
                 self._watch_member(incoming / name)

@@ -19,6 +19,7 @@ _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 IN_CREATE = 0x100
 IN_MOVED_TO = 0x80
+IN_DELETE = 0x200
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000  # the watch is gone (its folder removed, or inotify_rm_watch)
 IN_ONLYDIR = 0x01000000
@@ -62,7 +63,7 @@ class Watch:
         return len(self._folders)
 
     def read(self) -> Iterator[tuple[Path | str | None, str]]:
-        """(folder, name) of each new entry; (None, "") when events were lost."""
+        """(folder, name) of each new (or, where watched for, removed) entry; (None, "") when events were lost."""
         while True:
             try:
                 data = os.read(self.fd, 65536)

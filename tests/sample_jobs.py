@@ -157,6 +157,21 @@ def wait_release(ready: str, release: str) -> str:
     return "released"
 
 
+@registry.job(name="sample.chatty")
+def chatty(megabytes: int, written: str, release: str) -> int:
+    """Write `megabytes` MiB of numbered lines to stdout (each line says its own offset, so
+    a test can tell what was kept), announce it, finish once released."""
+    offset, total, block = 0, megabytes << 20, bytearray()
+    while offset < total:
+        block += b"%015d chatty\n" % (offset + len(block))
+        if len(block) >= 1 << 16:
+            offset += os.write(1, block)
+            block.clear()
+    announce(written, str(offset))
+    wait_for_file(release)
+    return offset
+
+
 @registry.job(name="sample.whoami")
 def whoami() -> dict[str, Any]:
     """Who the job's process is: its user, group, groups, and what its environment says."""

@@ -61,6 +61,7 @@ def add_commands(commands: Commands[Parser]) -> None:
     init.add_argument("--max-attempts", type=int, help="attempts a job gets unless it or its function says (3)")
     init.add_argument("--timeout", help="a job's timeout unless it or its function says: 30s, 5m, none (none)")
     init.add_argument("--memory-limit", help="a job's RSS limit unless it or its function says: 512M, none (none)")
+    init.add_argument("--output-limit", help="stdout and stderr a run keeps, head and tail: 1M, none (8M)")
     init.add_argument("--backoff", help="delay between attempts: 'fixed 30s', 'exponential 1s 5m' (the latter)")
     init.add_argument("--lease", help="silence after which a manager's claims are taken back (30s)")
     init.add_argument("--retention", help="purge done jobs older than this: 7d, none (none: keep)")
@@ -76,11 +77,15 @@ def add_commands(commands: Commands[Parser]) -> None:
     add_queue(add_command(commands, "drain", _drain, "ask every manager of the queue, on any host, to drain"))
     for name, action, what in (
         ("pause", _pause, "every manager, on any host, starts no job of the queue (or of --function) until resumed"),
-        ("resume", _resume, "undo pause (for --function, or everything)"),
+        ("resume", _resume, "undo pause (for --function, or everything; --job thaws one running job)"),
     ):
         command = add_command(commands, name, action, what)
         add_queue(command)
-        command.add_argument("--function", action="append", metavar="F", help="only this function's jobs (repeatable)")
+        which = command.add_mutually_exclusive_group()
+        which.add_argument("--function", action="append", metavar="F", help="only this function's jobs (repeatable)")
+        which.add_argument(
+            "--job", metavar="ID", help="freeze (thaw) every process of one running job; its timeout stands still"
+        )
 
     retry = add_command(commands, "retry", _retry, "send dead jobs back to ready/ with fresh attempts")
     add_queue(retry)
@@ -184,7 +189,7 @@ def _config(args: argparse.Namespace) -> int:
 def _shown(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key == "memory_limit":
+    if key in ("memory_limit", "output_limit"):
         return format_size(value)
     if key in ("max_attempts", "backoff"):
         return str(value)
@@ -200,6 +205,10 @@ def _drain(args: argparse.Namespace) -> int:
 
 def _pause(args: argparse.Namespace) -> int:
     queue = open_queue(args)
+    if args.job is not None:
+        run = queue.freeze(args.job)
+        print(f"job {args.job} run {run}: its manager freezes it now (`forkvisor resume {queue.path} --job` thaws it)")
+        return 0
     paused = queue.pause(args.function)
     print(f"paused in {queue.path}: {paused.describe()} (running jobs finish; `forkvisor resume` undoes it)")
     return 0
@@ -207,6 +216,10 @@ def _pause(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     queue = open_queue(args)
+    if args.job is not None:
+        run = queue.freeze(args.job, frozen=False)
+        print(f"job {args.job} run {run}: its manager thaws it now")
+        return 0
     paused = queue.resume(args.function)
     print(f"still paused in {queue.path}: {paused.describe()}" if paused else f"nothing is paused in {queue.path}")
     return 0

@@ -197,6 +197,9 @@ def add_job_options(command: argparse.ArgumentParser) -> None:
     when.add_argument("--delay", type=duration, metavar="DURATION", help="run no earlier than this from now")
     when.add_argument("--at", type=moment, metavar="TIME", help="run no earlier than this (ISO 8601 or epoch)")
     group.add_argument("--memory-limit", type=limit_size, metavar="SIZE", help="stop the job above this RSS (512M)")
+    group.add_argument(
+        "--output-limit", type=limit_size, metavar="SIZE", help="stdout, and stderr, a run keeps: head and tail (8M)"
+    )
     group.add_argument("--backoff", type=backoff, metavar="BACKOFF", help="'fixed 30s' or 'exponential 1s 5m'")
     group.add_argument(
         "--meta", type=key_value, action="append", default=[], metavar="KEY=VALUE", help="metadata (repeatable)"
@@ -231,6 +234,7 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         delay=args.delay,
         run_at=args.at,
         memory_limit=args.memory_limit,
+        output_limit=args.output_limit,
         backoff=args.backoff,
         metadata=metadata or None,
         key=args.key,

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, format_duration, format_size
+from jobs import COMMAND, Job, NotFinished, Policy, Queue, State, format_duration, format_size, output
 from supervisor import snapshot
 from supervisor.cli.common import (
     Commands,
@@ -103,6 +103,8 @@ def _status_text(taken: snapshot.Snapshot) -> str:
             f"  heartbeat {ago(manager.heartbeat_age)} ago (lease {format_duration(manager.lease)}){state_note}"
         )
         lines.append(f"    runs {safe(_functions(manager.functions))}")
+        if manager.containment:
+            lines.append(f"    contains its runs by {safe(manager.containment)}")
         lines += _skipped_lines(manager)
     lines += _unserved_lines(taken)
     lines.append(f"running ({len(taken.running)}):" if taken.running else "running: none")
@@ -245,6 +247,8 @@ def _show_lines(
         lines += _attempt_lines(attempt.number, attempt.outcome)
     if progress:
         lines.append(f"progress  {progress_text(progress, time.time())} (run {job.history[-1].number})")
+    if job.frozen:
+        lines.append(f"FROZEN    run {job.history[-1].number}, by an operator (`forkvisor resume QUEUE --job ID`)")
     return [*lines, "events:", *(f"  {line}" for line in events)]
 
 
@@ -264,10 +268,37 @@ def _attempt_lines(number: int, outcome: Any) -> list[str]:
         line += f", pid {outcome.get('pid')} on {outcome.get('host')}"
     if outcome.get("released"):
         line += " (released: attempt not counted)"
+    lines = [line, *_cost_lines(outcome.get("cost")), *_dropped_lines(outcome.get("output_dropped"))]
     error = outcome.get("error")
     if isinstance(error, dict) and error.get("message"):
-        return [line, f"    {error.get('type', 'error')}: {error['message']}"]
+        lines.append(f"    {error.get('type', 'error')}: {error['message']}")
+    return lines
+
+
+def _cost_lines(cost: object) -> list[str]:
+    """What the whole run used: from its cgroup (every process it started), or from wait4."""
+    if not isinstance(cost, dict) or cost.get("from") != "cgroup":
+        return []  # (from wait4: the line above has it)
+    cpu = f"{_shown(cost.get('cpu_user'), 's user')}, {_shown(cost.get('cpu_system'), 's system')}"
+    line = f"    all its processes: {cpu}"
+    peak = _amount(cost.get("peak_memory"))
+    if peak is not None:
+        line += f", peak memory {format_size(int(peak))}"
+    kills = _amount(cost.get("oom_kills"))
+    if kills:
+        line += f", {kills:.0f} killed by the kernel at the memory limit"
     return [line]
+
+
+def _dropped_lines(dropped: object) -> list[str]:
+    """What the run's output limit dropped, by file (`forkvisor logs` shows the head and tail)."""
+    if not isinstance(dropped, dict):
+        return []
+    return [
+        f"    {name}: {_shown(dropped.get(name), ' bytes', digits=0)} dropped from its middle (its output limit)"
+        for name in output.OUTPUT_FILES
+        if dropped.get(name)
+    ]
 
 
 def _amount(value: object) -> float | None:
@@ -288,6 +319,7 @@ def _policy_text(policy: Policy) -> str:
         "max_attempts": str(policy.max_attempts),
         "timeout": format_duration(policy.timeout),
         "memory_limit": format_size(policy.memory_limit),
+        "output_limit": format_size(policy.output_limit),
         "backoff": policy.backoff,
     }
     return "  ".join(f"{name} {value} ({policy.sources[name]})" for name, value in shown.items())
@@ -313,9 +345,9 @@ def _logs(args: argparse.Namespace) -> int:
     with opened as log:  # the descriptor follows the file when the job moves
         if not stat.S_ISREG(os.fstat(log.fileno()).st_mode):
             raise UsageError(f"{name} of job {job.id} run {number} is not a regular file: nothing to show")
-        _copy(log, write)
+        _copy(log, write, name)
         if args.follow:
-            _follow(queue, job.id, number, log, write)
+            _follow(queue, job.id, number, log, write, name)
     return 0
 
 
@@ -328,24 +360,34 @@ def _write_escaped(chunk: bytes) -> None:
     sys.stdout.write(safe_lines(chunk.decode("utf-8", "replace")))
 
 
-def _follow(queue: Queue, job_id: str, run: int, log: BinaryIO, write: Callable[[bytes], None]) -> None:
+def _follow(queue: Queue, job_id: str, run: int, log: BinaryIO, write: Callable[[bytes], None], name: str) -> None:
     """Keep copying until the run is harvested (its outcome.json appears) or the job leaves claimed/."""
     while True:
         job = queue.job(job_id)
         harvested = any(attempt.number == run and attempt.outcome is not None for attempt in job.history)
         if job.state is not State.CLAIMED or harvested:
-            _copy(log, write)
+            _copy(log, write, name)
             return
-        if not _copy(log, write):
+        if not _copy(log, write, name):
             time.sleep(FOLLOW_POLL)  # `tail -f` polls too; a log has no end to wait for
 
 
-def _copy(log: BinaryIO, write: Callable[[bytes], None]) -> bool:
-    """Copy what is new in `log` to stdout; whether there was anything."""
-    chunk = log.read()
-    if not chunk:
-        return False
-    write(chunk)
-    sys.stdout.flush()
-    sys.stdout.buffer.flush()
-    return True
+def _copy(log: BinaryIO, write: Callable[[bytes], None], name: str) -> bool:
+    """Copy what is new in `log` to stdout; whether there was anything. The middle of a
+    running job's output past its limit is a hole (`jobs.output`): one line says so."""
+    copied = False
+    while True:
+        at = log.tell()
+        start, end = output.data_after(log.fileno(), at)
+        if start >= end:
+            break
+        if start > at:
+            write(output.dropped_line(name, start - at))
+        log.seek(start)
+        while (left := end - log.tell()) > 0 and (chunk := log.read(min(left, 1 << 20))):
+            write(chunk)
+        copied = True
+    if copied:
+        sys.stdout.flush()
+        sys.stdout.buffer.flush()
+    return copied

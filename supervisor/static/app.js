@@ -58,6 +58,15 @@ function megabytes(bytes) {
   return typeof bytes === "number" ? (bytes / 1048576).toFixed(1) + " MiB" : "–";
 }
 
+function costText(cost, dropped) {
+  const cpu = (n) => (typeof n === "number" ? n.toFixed(2) + " s" : "–");
+  const parts = ["cpu " + cpu(cost.cpu_user) + " user, " + cpu(cost.cpu_system) + " system",
+    "peak memory " + megabytes(cost.peak_memory) + (cost.from === "cgroup" ? "" : " (its largest process)")];
+  if (cost.oom_kills) parts.push(cost.oom_kills + " killed by the kernel at the memory limit");
+  for (const [name, bytes] of Object.entries(dropped || {})) parts.push(name + ": " + bytes + " bytes dropped (output limit)");
+  return parts.join(", ") + (cost.from === "cgroup" ? " (every process of the run)" : "");
+}
+
 function when(epoch) {
   return epoch ? new Date(epoch * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–";
 }
@@ -127,10 +136,11 @@ function queueCard(entry) {
     el("span", { class: alive.length ? "" : "alert", text: "managers alive: " + alive.length }),
     status.paused ? el("span", { class: "alert", text: "PAUSED: " + status.paused }) : null,
     status.unserved.count ? el("span", { class: "alert", text: status.unserved.count + " ready job(s) no manager runs" }) : null);
-  const managers = table(["owner", "host", "pid", "heartbeat", "busy", "runs"], status.managers.map((m) =>
+  const managers = table(["owner", "host", "pid", "heartbeat", "busy", "contained by", "runs"], status.managers.map((m) =>
     el("tr", {}, el("td", {}, el("code", { text: m.owner })), el("td", { text: m.host }), el("td", { class: "num", text: String(m.pid) }),
       el("td", { class: m.live ? "" : "alert", text: ago(m.heartbeat_age) + " ago" + (m.reaping ? " (reaping)" : "") }),
       el("td", { class: "num", text: m.busy + "/" + (m.concurrency ?? "?") }),
+      el("td", { text: m.containment ?? "?" }),
       el("td", { text: m.functions ? shortList(m.functions, 6) : "?" }))));
   const running = table(["job", "function", "attempt", "age", "cpu", "rss", "progress"], status.running.map((job) =>
     el("tr", {}, el("td", {}, el("a", { href: "#/job/" + entry.index + "/" + job.id, text: job.id })),
@@ -201,6 +211,7 @@ async function jobPage(index, id) {
     const error = outcome.error && outcome.error.message ? (outcome.error.type || "error") + ": " + outcome.error.message : "";
     parts.push(el("h3", { text: "run " + run.run + ": " + (outcome.status || "running") + (typeof outcome.wall_time === "number" ? ", " + outcome.wall_time.toFixed(3) + " s" : "") }));
     if (error) parts.push(el("p", { class: "error", text: error }));
+    if (outcome.cost) parts.push(el("p", { class: "muted cost", text: costText(outcome.cost, outcome.output_dropped) }));
     const output = (job.output || {})[String(run.run)] || {};
     for (const name of ["stdout", "stderr"]) if (output[name]) parts.push(el("div", { class: "muted", text: name }), el("pre", { text: output[name] }));
   }

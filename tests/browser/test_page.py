@@ -60,6 +60,7 @@ def _counts(dom: str) -> dict[str, int]:
     return {state: int(n) for state, n in re.findall(r'data-state="(\w+)"><b>(\d+)</b>', dom)}
 
 
+@pytest.mark.slow
 def test_a_person_sees_the_counts_change_and_a_dead_jobs_cause(
     procs: Processes, queue: Queue, barriers: Path, tmp_path: Path
 ) -> None:

@@ -41,6 +41,7 @@ QUICK_RETRY = tenacity.wait_random(0.02, 0.2)
 SHORT_LIFETIME = 0.2  # grandchildren of a succeeding job end by themselves this soon
 LONG_LIFETIME = 30.0  # grandchildren of a hanging job live this long unless their job's tree is killed
 RECORD_WAIT = 10.0  # a forking job waits at most this long for its grandchildren to announce themselves
+OVERLAP = "OVERLAP"  # a run of a job found a grandchild of an earlier run alive: OVERLAP.TOKEN.PID
 SURVIVED = ".survived"  # a grandchild that lived its whole life leaves PID.survived beside its record
 EXIT_CODES = (1, 2, 3, 42, 99, 101, 127, 255)  # not 0, 70, 71 or 100: forkvisor gives those a meaning
 
@@ -114,7 +115,9 @@ def fork(token: str, grandchildren: str) -> dict[str, Any]:
 @registry.job(name="chaos.fork_hang", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
 def fork_hang(token: str, grandchildren: str) -> NoReturn:
     """Fork two grandchildren that ignore SIGTERM (one leaves the process group), then hang:
-    only a kill of the whole tree at the timeout ends them before LONG_LIFETIME."""
+    only a kill of the whole tree at the timeout ends them before LONG_LIFETIME. First, look
+    for what an earlier run of this job left alive: a run must never overlap its retry."""
+    _record_overlaps(grandchildren, token)
     pids = [_grandchild(grandchildren, token, LONG_LIFETIME, leave_group=n == 0, ignore_term=True) for n in range(2)]
     _wait_for_records(grandchildren, pids)
     _block_forever()
@@ -168,6 +171,19 @@ def _grandchild(folder: str, token: str, lifetime: float, *, leave_group: bool, 
         finally:
             os._exit(0)
     return pid
+
+
+def _record_overlaps(folder: str, token: str) -> None:
+    """Leave `OVERLAP.TOKEN.PID` for each grandchild of an earlier run of this job still alive
+    (found by its title, as anyone could, knowing nothing of how forkvisor tracks runs)."""
+    title = f"chaos: grandchild of job {token}"
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            words = process.info["cmdline"] or []
+            if " ".join(words).strip() == title and process.info["status"] != psutil.STATUS_ZOMBIE:
+                _write_atomically(Path(folder, f"{OVERLAP}.{token}.{process.pid}"), {"pid": process.pid})
+        except psutil.Error:
+            continue  # gone meanwhile
 
 
 def _wait_for_records(folder: str, pids: list[int]) -> None:

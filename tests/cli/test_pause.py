@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from jobs import State
 from tests.cli.conftest import FAST_RUN, burst, cli, counts, enqueue, job, new_queue, ok, refused, stop_manager
 from tests.processes import APP, APP_PATH, Processes, wait_until
@@ -35,6 +37,7 @@ def test_pause_and_resume_everything(procs: Processes, tmp_path: Path) -> None:
     stop_manager(procs, manager)
 
 
+@pytest.mark.slow
 def test_pause_one_function_lets_the_others_run(procs: Processes, tmp_path: Path) -> None:
     queue = new_queue(tmp_path / "queue")
     assert "sample.ok" in ok("pause", queue, "--function", "sample.ok").out

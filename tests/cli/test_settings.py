@@ -28,6 +28,7 @@ DEFAULTS = {
     "max_attempts": 3,
     "timeout": None,
     "memory_limit": None,
+    "output_limit": 8 << 20,
     "backoff": "exponential 1s 5m",
     "lease": 30.0,
     "retention": None,
@@ -53,6 +54,7 @@ def test_init_creates_a_queue_and_config_shows_the_defaults(tmp_path: Path) -> N
         "max_attempts  3                  (default)",
         "timeout       none               (default)",
         "memory_limit  none               (default)",
+        "output_limit  8M                 (default)",
         "backoff       exponential 1s 5m  (default)",
         "lease         30s                (default)",
         "retention     none               (default)",
@@ -66,19 +68,21 @@ def test_init_creates_a_queue_and_config_shows_the_defaults(tmp_path: Path) -> N
 def test_init_options_are_stored_in_queue_json(tmp_path: Path) -> None:
     queue = tmp_path / "queue"
     options = ("--max-attempts", "2", "--timeout", "90s", "--lease", "4", "--retention", "7d")
-    options += ("--memory-limit", "1G", "--backoff", "fixed 5s")
+    options += ("--memory-limit", "1G", "--output-limit", "1M", "--backoff", "fixed 5s")
     ok("init", queue, *options)
     expected = {
         "max_attempts": 2,
         "timeout": 90.0,
         "memory_limit": 1 << 30,
+        "output_limit": 1 << 20,
         "backoff": "fixed 5s",
         "lease": 4.0,
         "retention": 7 * 86400.0,
     }
     assert marker(queue)["defaults"] == expected
     assert ok("config", queue, "--json").json() == {**expected, "root_jobs": False}
-    assert [line.split()[1] for line in ok("config", queue).lines] == ["2", "90s", "1G", "fixed", "4s", "7d", "no"]
+    shown = [line.split()[1] for line in ok("config", queue).lines]
+    assert shown == ["2", "90s", "1G", "1M", "fixed", "4s", "7d", "no"]
 
     # init on an existing queue changes only the settings it names, and keeps the jobs
     job_id = submit(queue, "true")
@@ -106,7 +110,8 @@ def test_config_change_is_stored_and_applies_to_every_job_not_yet_claimed(tmp_pa
     assert job(queue, told).attempts == 1, "what the submitter set wins"
     shown = ok("show", queue, before).out
     assert (
-        "max_attempts 2 (queue)  timeout 2m (queue)  memory_limit none (default)  backoff fixed 0.1s (queue)" in shown
+        "max_attempts 2 (queue)  timeout 2m (queue)  memory_limit none (default)  output_limit 8M (default)  "
+        "backoff fixed 0.1s (queue)" in shown
     )
 
     ok("config", queue, "timeout", "none")

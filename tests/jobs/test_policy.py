@@ -73,6 +73,7 @@ def test_the_registration_applies_however_the_job_was_submitted(
         "max_attempts": Source.FUNCTION,
         "timeout": Source.FUNCTION,
         "memory_limit": Source.DEFAULT,
+        "output_limit": Source.DEFAULT,
         "backoff": Source.FUNCTION,
     }
 
@@ -89,10 +90,15 @@ def test_what_the_submitter_set_wins(queue: Queue, owner: Owner, hand: Hand, by_
 
 
 def test_the_queue_applies_to_a_function_that_declares_nothing(queue: Queue, owner: Owner) -> None:
-    queue.configure(max_attempts=4, timeout="5m", memory_limit="1G", backoff="exponential 2s 1m")
+    queue.configure(max_attempts=4, timeout="5m", memory_limit="1G", output_limit="1M", backoff="exponential 2s 1m")
     queue.enqueue("plain")
     policy = _claim(queue, owner).policy
-    assert (policy.max_attempts, policy.timeout, policy.memory_limit) == (4, 300.0, 1 << 30)
+    assert (policy.max_attempts, policy.timeout, policy.memory_limit, policy.output_limit) == (
+        4,
+        300.0,
+        1 << 30,
+        1 << 20,
+    )
     assert policy.backoff == "exponential 2s 1m"
     assert set(policy.sources.values()) == {Source.QUEUE}
 
@@ -100,10 +106,11 @@ def test_the_queue_applies_to_a_function_that_declares_nothing(queue: Queue, own
 def test_the_built_in_values_apply_when_nobody_says(queue: Queue, owner: Owner) -> None:
     queue.enqueue("plain")
     policy = _claim(queue, owner).policy
-    assert (policy.max_attempts, policy.timeout, policy.memory_limit, policy.backoff) == (
+    assert (policy.max_attempts, policy.timeout, policy.memory_limit, policy.output_limit, policy.backoff) == (
         3,
         None,
         None,
+        8 << 20,
         "exponential 1s 5m",
     )
     assert set(policy.sources.values()) == {Source.DEFAULT}
@@ -140,11 +147,13 @@ def test_the_claim_records_the_policy_in_the_run_folder(queue: Queue, owner: Own
         "max_attempts": 6,
         "timeout": 2.0,
         "memory_limit": None,
+        "output_limit": 8 << 20,
         "backoff": "fixed 0.5s",
         "sources": {
             "max_attempts": "function",
             "timeout": "function",
             "memory_limit": "default",
+            "output_limit": "default",
             "backoff": "function",
         },
     }

@@ -76,6 +76,7 @@ BUILT_IN = {
     "max_attempts": 3,
     "timeout": None,
     "memory_limit": None,
+    "output_limit": 8 << 20,
     "backoff": "exponential 1s 5m",
     "lease": 30.0,
     "retention": None,
@@ -101,7 +102,7 @@ def test_configure_stores_checked_values_in_the_marker(queue: Queue) -> None:
         "lease": 12.0,
         "retention": 604800.0,
     }
-    assert settings == {**stored, "root_jobs": False}
+    assert settings == {**stored, "output_limit": 8 << 20, "root_jobs": False}
     assert json.loads((queue.path / MARKER).read_text())["defaults"] == stored
     assert Queue(queue.path, create=False).settings == settings
 

@@ -11,6 +11,7 @@ import stat
 import threading
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import Queue, State
@@ -51,6 +52,7 @@ def test_metrics_count_runs_by_function_and_outcome(procs: Processes, queue: Que
     assert found[("forkvisor_retries_total", (("function", "sample.fail"),))] == 1
     assert found[("forkvisor_dead_total", (("function", "sample.fail"),))] == 1
     assert found[("forkvisor_run_duration_seconds_count", (("function", "sample.ok"),))] == 3
+    assert found[("forkvisor_run_cpu_seconds_total", (("function", "sample.ok"),))] >= 0
     assert found[("forkvisor_run_duration_seconds_bucket", (("function", "sample.ok"), ("le", "+Inf")))] == 3
     assert found[("forkvisor_jobs", (("state", "done"),))] == 3
     assert found[("forkvisor_jobs", (("state", "dead"),))] == 1
@@ -76,6 +78,7 @@ def test_the_oldest_wait_and_live_managers_are_gauges(procs: Processes, queue: Q
     assert found[("forkvisor_jobs", (("state", "ready"),))] == 1
 
 
+@pytest.mark.slow
 def test_counters_survive_a_restart_and_a_sigkill(procs: Processes, queue: Queue) -> None:
     """A manager killed with SIGKILL loses at most what it counted since its last write;
     the next manager adopts its file, and the sum never goes down."""

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from jobs import Queue, State
 from jobs import ticks as tick_marks
 from jobs.ticks import tick_job_id
@@ -36,6 +38,7 @@ def tick_jobs(queue: Queue) -> dict[str, dict[int, list[str]]]:
     return found
 
 
+@pytest.mark.slow
 def test_three_managers_fire_each_tick_once_through_a_sigkill(procs: Processes, queue: Queue) -> None:
     added = forkvisor("schedule", "add", str(queue.path), "shell", "--every", "1s", "--", "true")
     assert added.returncode == 0, added.stderr

@@ -91,7 +91,8 @@ def test_the_queue_applies_to_a_function_that_declares_nothing(tmp_path: Path) -
         _assert_enforced(queue.job(job_id), attempts=2, timeout=0.5, backoff=0.2, source="queue")
     shown = ok("show", path, by_shell).out
     assert (
-        "max_attempts 2 (queue)  timeout 0.5s (queue)  memory_limit none (default)  backoff fixed 0.2s (queue)" in shown
+        "max_attempts 2 (queue)  timeout 0.5s (queue)  memory_limit none (default)  output_limit 8M (default)  "
+        "backoff fixed 0.2s (queue)" in shown
     )
 
 
@@ -109,6 +110,7 @@ def test_show_and_list_say_what_applies_and_where_it_came_from(tmp_path: Path) -
         "max_attempts": {"value": 2, "source": "function"},
         "timeout": {"value": 0.5, "source": "function"},
         "memory_limit": {"value": None, "source": "default"},
+        "output_limit": {"value": 8 << 20, "source": "default"},
         "backoff": {"value": "fixed 0.3s", "source": "function"},
     }
     assert after["max_attempts"] == 2

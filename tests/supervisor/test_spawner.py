@@ -129,7 +129,7 @@ def test_a_vforked_child_runs_nothing_once_its_manager_is_gone(tmp_path: Path, v
     marker = tmp_path / "ran"
     not_the_parent = 1  # what getppid() says once the manager died and the child was reparented
     program = [b"/usr/bin/touch", str(marker).encode()]
-    pid, stage, _ = _vfork.spawn(program[:1], program, [], 0, 1, 2, None, not_the_parent, -1)
+    pid, stage, _ = _vfork.spawn(program[:1], program, [], 0, 1, 2, None, not_the_parent, -1, -1)
     assert stage == _vfork.STAGE_ORPHANED
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 71
     assert not marker.exists()

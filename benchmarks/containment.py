@@ -1,0 +1,99 @@
+"""What a cgroup per run costs: a run's life with and without one, alternating.
+
+    python -m benchmarks.containment [--runs N] [--rounds R]
+
+Needs a cgroup this process may divide (cgroup v2, delegated or root); says why not
+otherwise. Each round times, one run after the other (no queue, no job code):
+
+- plain: fork a child that exits at once, and wait for it (what every run pays);
+- cgroup: the same, inside the manager's code path for a run's cgroup
+  (`CgroupContainment.new_run`: mkdir, an empty `cgroup.kill`, open `cgroup.procs`;
+  the child writes itself in before it exits; then read `cpu.stat`, as the record of
+  a run's cost does, and `remove`, which waits until the kernel has emptied it).
+
+Reported: runs/s of each, the ratio cgroup/plain measured in the same round, and what
+the cgroup adds per run in microseconds. Rounds alternate which way goes first, since
+these machines are shared. docs/PERFORMANCE.md ("A cgroup per run") has the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from benchmarks import common
+from supervisor import containment
+from supervisor.containment import CgroupContainment, CgroupRun
+
+OWNER = f"bench.{os.getpid()}.000000"
+
+
+def plain(runs: int, _: CgroupContainment) -> float:
+    """Seconds for `runs` fork-and-wait."""
+    began = time.perf_counter()
+    for _ in range(runs):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return time.perf_counter() - began
+
+
+def in_cgroups(runs: int, place: CgroupContainment) -> float:
+    """Seconds for `runs` runs, each in a cgroup of its own, made, entered, read and removed."""
+    began = time.perf_counter()
+    for number in range(runs):
+        box = place.new_run(OWNER, "bench", number)
+        assert box is not None, "the cgroup could not be made"
+        pid = os.fork()
+        if pid == 0:
+            box.enter()
+            os._exit(0)
+        box.started()
+        os.waitpid(pid, 0)
+        _read_cpu(box)
+        while not box.remove():
+            time.sleep(0.0001)  # the kernel empties it a moment after the exit
+    return time.perf_counter() - began
+
+
+def _read_cpu(box: CgroupRun) -> bytes:
+    with open(os.path.join(box.path, "cpu.stat"), "rb") as stat:
+        return stat.read()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    place = containment.detect()
+    if not isinstance(place, CgroupContainment):
+        raise SystemExit(f"no cgroup to divide here: {place.describe()}")
+    place.open_owner(OWNER)
+    ways = {"plain": plain, "cgroup": in_cgroups}
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    try:
+        for round_number in range(args.rounds):
+            order = list(ways.items())
+            for name, way in order if round_number % 2 == 0 else reversed(order):
+                seconds[name].append(way(args.runs, place))
+    finally:
+        place.close_owner(OWNER)
+    rates = {name: [args.runs / taken for taken in found] for name, found in seconds.items()}
+    ratios = [common.ratio(c, p) for c, p in zip(rates["cgroup"], rates["plain"], strict=True)]
+    added = [(c - p) / args.runs * 1e6 for c, p in zip(seconds["cgroup"], seconds["plain"], strict=True)]
+    common.print_table(
+        f"A run's life with and without a cgroup, {args.runs} runs, {args.rounds} rounds alternating; median [min-max]",
+        ["way", "runs/s", "vs plain", "added us per run"],
+        [
+            ["plain", common.spread_text(rates["plain"]), "1.00", "0"],
+            ["cgroup", common.spread_text(rates["cgroup"]), common.spread_text(ratios, 2), common.spread_text(added)],
+        ],
+    )
+    print(f"\ncgroups below {place.base}")
+
+
+if __name__ == "__main__":
+    main()
