@@ -11,6 +11,9 @@ otherwise. Each round times, one run after the other (no queue, no job code):
   the child writes itself in before it exits; then read `cpu.stat`, as the record of
   a run's cost does, and `remove`, which waits until the kernel has emptied it).
 
+Then, whole: a real manager runs `--jobs` no-op jobs in burst mode (concurrency 2, plain
+queue), once with `containment="processes"` and once with `"cgroup"`, alternating.
+
 Reported: runs/s of each, the ratio cgroup/plain measured in the same round, and what
 the cgroup adds per run in microseconds. Rounds alternate which way goes first, since
 these machines are shared. docs/PERFORMANCE.md ("A cgroup per run") has the figures.
@@ -21,9 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 from benchmarks import common
-from supervisor import containment
+from benchmarks.tasks import noop, registry
+from jobs import Call, Queue
+from supervisor import Manager, containment
 from supervisor.containment import CgroupContainment, CgroupRun
 
 OWNER = f"bench.{os.getpid()}.000000"
@@ -58,6 +64,18 @@ def in_cgroups(runs: int, place: CgroupContainment) -> float:
     return time.perf_counter() - began
 
 
+def managed(mode: str, jobs: int, root: Path) -> float:
+    """Seconds for a burst manager to run `jobs` no-op jobs with runs contained by `mode`."""
+    with common.scratch(root, f"containment-{mode}") as folder:
+        queue = Queue(folder / "queue")
+        queue.enqueue_many([Call(noop)] * jobs)  # before the timed window
+        manager = Manager(queue, registry, concurrency=2, containment=mode)
+        taken = common.timed(lambda: manager.run(burst=True)).wall
+        if queue.counts()["done"] != jobs:
+            raise SystemExit(f"the {mode} manager finished {queue.counts()['done']} of {jobs} jobs")
+    return taken
+
+
 def _read_cpu(box: CgroupRun) -> bytes:
     with open(os.path.join(box.path, "cpu.stat"), "rb") as stat:
         return stat.read()
@@ -67,6 +85,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=1000, help="no-op jobs per manager run")
+    common.add_common_options(parser)
     args = parser.parse_args(argv)
     place = containment.detect()
     if not isinstance(place, CgroupContainment):
@@ -92,7 +112,23 @@ def main(argv: list[str] | None = None) -> None:
             ["cgroup", common.spread_text(rates["cgroup"]), common.spread_text(ratios, 2), common.spread_text(added)],
         ],
     )
-    print(f"\ncgroups below {place.base}")
+    root = common.choose_root(args.dir)
+    modes = ("processes", "cgroup")
+    managers: dict[str, list[float]] = {mode: [] for mode in modes}
+    for round_number in range(args.rounds):
+        for mode in modes if round_number % 2 == 0 else reversed(modes):
+            managers[mode].append(args.jobs / managed(mode, args.jobs, root))
+    whole = [common.ratio(c, p) for c, p in zip(managers["cgroup"], managers["processes"], strict=True)]
+    common.print_table(
+        f"A burst manager, {args.jobs} no-op jobs, concurrency 2, {args.rounds} rounds alternating; median [min-max]",
+        ["containment", "jobs/s", "vs processes"],
+        [
+            ["processes", common.spread_text(managers["processes"]), "1.00"],
+            ["cgroup", common.spread_text(managers["cgroup"]), common.spread_text(whole, 2)],
+        ],
+    )
+    print(f"\ncgroups below {place.base}; memory cgroups: {place.memory.base if place.memory else place.why_no_memory}")
+    print(f"queues on {common.describe_filesystem(root)}")
 
 
 if __name__ == "__main__":
