@@ -23,14 +23,12 @@ from supervisor.pacing import Backoff
 from supervisor.running import Running, Stop
 
 log = logging.getLogger(__name__)
+FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
 
 def run_mark(running: Running) -> str:
     """The mark every exec'd process of the run bears (its run folder: `containment`)."""
     return f"{running.claim.place.path}/attempt-{running.claim.run}"
-
-
-FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
 
 class Children:

@@ -1,7 +1,8 @@
 """A run's memory in the kernel's hands: where a memory controller is ours, each run has a
 memory cgroup, whose limit is the run's `memory_limit` (the kernel's OOM killer enforces
 it, on every process of the run at once: no sampling, no burst slips through), and which
-says the run's peak and how many of its processes the OOM killer took.
+says the run's peak and how many of its processes the OOM killer took. (v1's limit is on
+RAM: on a host with swap, a run may swap past it, as `memory.max` lets it on v2.)
 
 The controller used is cgroup v1's `memory` hierarchy, where this process may make
 cgroups below its own there (a hybrid host, as root): `<own>/forkvisor/<owner>/<job>.<run>`,
