@@ -50,6 +50,7 @@ def test_a_frozen_job_stands_still_with_its_escapees_and_its_timeout_waits(
     manager = procs.run_manager(queue, "--commands", "--containment", mode, name="manager")
     wait_until(lambda: size(own) and size(escaped), 20, "the job and its escapee tick")
     started = time.monotonic()
+    assert f"contains its runs by {mode}" in cli(procs, "status", str(queue.path))
 
     assert "freezes it now" in cli(procs, "pause", str(queue.path), "--job", job_id)
     wait_until(lambda: not ticking(own) and not ticking(escaped), 5, "the job and its escapee are frozen")

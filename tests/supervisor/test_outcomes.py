@@ -298,11 +298,13 @@ def test_timeout_kills_every_grandchild(
 
 
 def test_memory_limit_stops_the_job(procs: Processes, queue: Queue, barriers: Path) -> None:
+    """Where no memory controller is the manager's, it watches the tree's RSS (the kernel's
+    limit, where there is one: tests/supervisor/test_run_cost.py)."""
     ready = barriers / "ready"
     # A forked child's RSS starts with the pages it shares with this process.
     limit = psutil.Process().memory_info().rss + (64 << 20)
     job_id = queue.with_options(max_attempts=1, memory_limit=limit).enqueue(sample_jobs.hog, str(ready), 256)
-    manager = procs.manager(queue, memory_poll=0.05)
+    manager = procs.manager(queue, memory_poll=0.05, containment="processes")
     launch(manager)
     wait_until(ready.exists, 10, "the memory hog allocated its memory")
     settle(manager, queue, [job_id])
