@@ -215,9 +215,9 @@ def test_a_member_submits_from_the_shell_with_the_example_script(procs: Processe
     assert Queue(shared_queue, create=False).job(job_id).result["value"] == "from sh"
 
 
-KEYED = (
+KEYED = (  # a keyed job that naps: it is live for that long, whatever the load
     "import sys; from jobs import Queue; "
-    "print(Queue(sys.argv[1], create=False).with_options(key=sys.argv[2]).enqueue('sample.ok', sys.argv[3]))"
+    "print(Queue(sys.argv[1], create=False).with_options(key=sys.argv[2]).enqueue('sample.nap', float(sys.argv[3])))"
 )
 
 
@@ -226,7 +226,9 @@ def test_a_members_keyed_jobs_keep_one_live_job_per_key(procs: Processes, shared
     at take-in. Two submitted before any take-in: the one taken in second (managers and
     sweepers take in concurrently) goes to dead/ naming the other, which runs. Once that
     one is done, the key is free again, for any member."""
-    submitted = [python_as(ALICE, KEYED, shared_queue, "nightly", text).stdout.strip() for text in "ab"]
+    # (the winner naps 3 s: the other is taken in while it is live, even when a take-in turn
+    # ends between the two and the winner is claimed first)
+    submitted = [python_as(ALICE, KEYED, shared_queue, "nightly", seconds).stdout.strip() for seconds in ("3", "3")]
     assert submitted[0] != submitted[1]
     manager = _manager(procs, shared_queue)
 
@@ -239,7 +241,7 @@ def test_a_members_keyed_jobs_keep_one_live_job_per_key(procs: Processes, shared
     error = json.loads((shared_queue / "dead" / loser / "error.json").read_text())
     assert error["reason"] == "duplicate key"
     assert winner in error["message"]
-    third = python_as(BOB, KEYED, shared_queue, "nightly", "c").stdout.strip()  # free again: a new job
+    third = python_as(BOB, KEYED, shared_queue, "nightly", "0").stdout.strip()  # free again: a new job
     assert third not in submitted
     wait_until(lambda: _state(shared_queue, third) is State.DONE, 20, "the third ran")
     _stop(procs, manager)
