@@ -90,6 +90,8 @@ class Children:
         are found by their mark at the next check (`_end_strays`)."""
         box = running.box
         if box is not None:
+            box.sample()
+            box.seen.add(running.pid)  # (reaped already: no longer in the cgroup)
             running.cost = box.cost()  # before it goes: the kernel's count of every process it held
             if running.cost["oom_kills"] and running.stopped is None:
                 running.stopped = Stop.MEMORY  # the kernel killed at its limit: that is why it ended
@@ -185,6 +187,8 @@ class Children:
                 self.stop(running, hit, now)
             if check_memory and running.claim.policy.output_limit:
                 limits.bound_output(running)
+            if check_memory and running.box is not None:
+                running.box.sample()
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None  # done once: kill_at takes it from here
             for running in self.running.values():

@@ -36,7 +36,7 @@ import select
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +232,7 @@ class CgroupRun:
     path: str
     procs: int = -1
     memory: run_memory.RunMemory | None = None  # its memory cgroup, where a memory controller is ours
+    seen: set[int] = field(default_factory=set)  # pids seen in it (`sample`)
 
     def opened(self) -> CgroupRun:
         self.procs = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
@@ -254,15 +255,21 @@ class CgroupRun:
         if self.memory is not None:
             self.memory.started()
 
+    def sample(self) -> None:
+        """Note the processes in the run now (the manager looks twice a second and at its end)."""
+        self.seen.update(self.pids())
+
     def cost(self) -> dict[str, Any]:
         """What the run's processes used, all of them, as the kernel counted: CPU seconds
-        (user, system), and where its memory cgroup is, its peak and OOM kills."""
+        (user, system), and where its memory cgroup is, its peak and OOM kills; and how many
+        processes were seen in it (a lower bound: one that lived between two looks is missed)."""
         usage = _keyed(os.path.join(self.path, "cpu.stat"))
         found: dict[str, Any] = {
             "cpu_user": usage.get("user_usec", 0) / 1e6,
             "cpu_system": usage.get("system_usec", 0) / 1e6,
             "peak_memory": None,
             "oom_kills": None,
+            "processes_seen": len(self.seen),
             "from": "cgroup",
         }
         if self.memory is not None:

@@ -284,6 +284,9 @@ def _cost_lines(cost: object) -> list[str]:
     peak = _amount(cost.get("peak_memory"))
     if peak is not None:
         line += f", peak memory {format_size(int(peak))}"
+    seen = _amount(cost.get("processes_seen"))
+    if seen:
+        line += f", {seen:.0f} processes seen (at least)"
     kills = _amount(cost.get("oom_kills"))
     if kills:
         line += f", {kills:.0f} killed by the kernel at the memory limit"

@@ -62,6 +62,7 @@ function costText(cost, dropped) {
   const cpu = (n) => (typeof n === "number" ? n.toFixed(2) + " s" : "–");
   const parts = ["cpu " + cpu(cost.cpu_user) + " user, " + cpu(cost.cpu_system) + " system",
     "peak memory " + megabytes(cost.peak_memory) + (cost.from === "cgroup" ? "" : " (its largest process)")];
+  if (cost.processes_seen) parts.push(cost.processes_seen + " processes seen (at least)");
   if (cost.oom_kills) parts.push(cost.oom_kills + " killed by the kernel at the memory limit");
   for (const [name, bytes] of Object.entries(dropped || {})) parts.push(name + ": " + bytes + " bytes dropped (output limit)");
   return parts.join(", ") + (cost.from === "cgroup" ? " (every process of the run)" : "");

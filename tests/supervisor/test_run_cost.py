@@ -62,5 +62,6 @@ def test_the_cost_counts_what_left_the_job(procs: Processes, queue: Queue) -> No
     assert outcome["cost"]["cpu_user"] + outcome["cost"]["cpu_system"] >= 0.5
     assert outcome["cpu_user"] + outcome["cpu_system"] < 0.3, "wait4 counted the orphan: the test shows nothing"
     assert outcome["cost"]["oom_kills"] == 0
+    assert outcome["cost"]["processes_seen"] >= 2, "the shell and the orphan it left, looked at twice a second"
     manager.send_signal(signal.SIGTERM)
     assert procs.wait_exit(manager, 10, "the manager") == 0, procs.log(manager)
