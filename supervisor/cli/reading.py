@@ -283,10 +283,10 @@ def _cost_lines(cost: object) -> list[str]:
     line = f"    all its processes: {cpu}"
     peak = _amount(cost.get("peak_memory"))
     if peak is not None:
-        line += f", peak memory {format_size(int(peak))}"
+        line += f", peak memory {format_size(int(peak))} of its own"  # (what it shares with the manager is not)
     seen = _amount(cost.get("processes_seen"))
     if seen:
-        line += f", {seen:.0f} processes seen (at least)"
+        line += f", {seen:.0f} process{'' if seen == 1 else 'es'} seen (at least)"
     kills = _amount(cost.get("oom_kills"))
     if kills:
         line += f", {kills:.0f} killed by the kernel at the memory limit"

@@ -63,5 +63,9 @@ def test_the_cost_counts_what_left_the_job(procs: Processes, queue: Queue) -> No
     assert outcome["cpu_user"] + outcome["cpu_system"] < 0.3, "wait4 counted the orphan: the test shows nothing"
     assert outcome["cost"]["oom_kills"] == 0
     assert outcome["cost"]["processes_seen"] >= 2, "the shell and the orphan it left, looked at twice a second"
+    show = procs.forkvisor("show", str(queue.path), job_id, name="show")
+    assert procs.wait_exit(show, 20, "forkvisor show") == 0
+    assert "    all its processes: " in procs.log(show)
+    assert "processes seen (at least)" in procs.log(show)
     manager.send_signal(signal.SIGTERM)
     assert procs.wait_exit(manager, 10, "the manager") == 0, procs.log(manager)
