@@ -31,6 +31,22 @@ def run_mark(running: Running) -> str:
     return f"{running.claim.place.path}/attempt-{running.claim.run}"
 
 
+def signal_strays(exclude: set[int], chosen: Callable[[str], bool], signum: signal.Signals) -> list[tuple[int, str]]:
+    """Signal each adopted orphan (not in `exclude`) whose run's mark `chosen` picks, through
+    a pidfd opened before its mark was read; (pid, mark) of each one signalled."""
+    signalled = []
+    for pid, pidfd, mark in containment.strays(exclude):
+        try:
+            if chosen(mark):
+                signal.pidfd_send_signal(pidfd, signum)
+                signalled.append((pid, mark))
+        except ProcessLookupError:
+            pass  # gone meanwhile
+        finally:
+            os.close(pidfd)
+    return signalled
+
+
 class Children:
     """The running jobs' children, at most `concurrency` of them."""
 
@@ -237,28 +253,14 @@ class Children:
         """Kill the orphans (adopted: the manager is a subreaper) of runs that ended, found by
         their run's mark: where runs have no cgroup, what a job left in another session."""
         live = {run_mark(running) for running in self.running.values()}
-        for pid, pidfd, mark in containment.strays(set(self.running)):
-            try:
-                if mark not in live:
-                    log.warning("killing pid %d, left by the ended run %s", pid, mark)
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # gone meanwhile
-            finally:
-                os.close(pidfd)
+        for pid, mark in signal_strays(set(self.running), lambda mark: mark not in live, signal.SIGKILL):
+            log.warning("killed pid %d, left by the ended run %s", pid, mark)
 
     @staticmethod
     def _signal_marked(running: Running, signum: signal.Signals) -> None:
         """Signal the processes of the run that left its tree (adopted: we are a subreaper)."""
         mark = run_mark(running)
-        for _pid, pidfd, found in containment.strays(set()):
-            try:
-                if found == mark:
-                    signal.pidfd_send_signal(pidfd, signum)
-            except ProcessLookupError:
-                pass  # gone meanwhile
-            finally:
-                os.close(pidfd)
+        signal_strays(set(), lambda found: found == mark, signum)
 
     @staticmethod
     def _signal(running: Running, signum: signal.Signals) -> None:

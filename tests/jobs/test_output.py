@@ -6,9 +6,12 @@ as a job's stdout is."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs import output
 
@@ -114,3 +117,63 @@ def test_a_reader_finds_where_the_data_resumes_after_the_dropped_middle(tmp_path
         assert output.data_after(fd, size) == (size, size)
     finally:
         os.close(fd)
+
+
+# -- what a job may write, generated -----------------------------------------------------------
+
+WRITES = st.lists(st.tuples(st.integers(0, 300_000), st.binary(min_size=1, max_size=64)), min_size=1, max_size=12)
+KINDS = st.sampled_from(["file", "link", "fifo", "folder", "two names"])
+
+
+@settings(max_examples=40, deadline=None, database=None, derandomize=True)
+@given(writes=WRITES, limit=st.integers(1, 200_000), bound_after=st.lists(st.booleans(), max_size=12), kind=KINDS)
+def test_whatever_a_job_writes_its_head_and_tail_are_kept_and_nothing_else_is_touched(
+    writes: list[tuple[int, bytes]], limit: int, bound_after: list[bool], kind: str
+) -> None:
+    """Any sizes, any bytes, bounded at any moments, and whatever stands at the output's
+    name: a regular file ends as its head, the line and its tail (or whole, within its
+    limit); anything else is left as it was; nothing raises."""
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder)
+        target = base / "stdout" if kind in ("file", "two names") else base / "elsewhere"
+        written = bytearray()
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            run = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                _stand_in(base, kind)
+                for index, (size, pattern) in enumerate(writes):
+                    chunk = (pattern * (size // len(pattern) + 1))[:size]
+                    os.write(fd, chunk)
+                    written += chunk
+                    if index < len(bound_after) and bound_after[index]:
+                        output.bound(run, limit)
+                dropped = output.compact(run, limit)
+            finally:
+                os.close(run)
+        finally:
+            os.close(fd)
+        whole, kept = bytes(written), target.read_bytes()
+        if kind != "file":
+            assert dropped == {}
+            assert kept == whole, "what a job put in place of its output was touched"
+        elif len(whole) <= limit:
+            assert dropped == {}
+            assert kept == whole
+        else:
+            head, tail = output.head_size(limit), output.tail_size(limit)
+            assert dropped == {"stdout": len(whole) - limit}
+            assert kept == whole[:head] + output.dropped_line("stdout", len(whole) - limit, limit) + whole[-tail:]
+
+
+def _stand_in(base: Path, kind: str) -> None:
+    """Put at `stdout` what the job put there instead of its output (`elsewhere` is written)."""
+    stdout = base / "stdout"
+    if kind == "link":
+        stdout.symlink_to(base / "elsewhere")
+    elif kind == "fifo":
+        os.mkfifo(stdout)
+    elif kind == "folder":
+        stdout.mkdir()
+    elif kind == "two names":
+        os.link(stdout, base / "another")
