@@ -54,7 +54,7 @@ def in_cgroups(runs: int, place: CgroupContainment) -> float:
         assert box is not None, "the cgroup could not be made"
         pid = os.fork()
         if pid == 0:
-            box.enter()
+            containment.enter(box.entries())
             os._exit(0)
         box.started()
         os.waitpid(pid, 0)

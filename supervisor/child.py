@@ -24,6 +24,7 @@ import traceback
 from typing import TextIO
 
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
+from supervisor import containment
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED, NO_CGROUPS, Cgroups
 from supervisor.privileges import Identity, become_in_child, hand_over
 from supervisor.titles import Role, set_title
@@ -111,10 +112,7 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroups: Cgr
     own random stream it already has: `random` reseeds itself in every forked child.) Return
     the descriptor of the run's folder, through which every file of the run is written; None
     if the folder is gone: a sweeper took the claim back before we started."""
-    for procs in cgroups:  # as root still, when it runs as its submitter: the cgroups are the manager's
-        if procs >= 0:
-            os.write(procs, b"0")
-            os.close(procs)
+    containment.enter(cgroups)  # as root still, when it runs as its submitter: the cgroups are the manager's
     set_title(
         Role.JOB,
         f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}",

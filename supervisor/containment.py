@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from jobs import is_owner_name
-from supervisor import run_memory
+from supervisor import cgroupfs, run_memory
+from supervisor.cgroupfs import FOLDER
 from supervisor.errors import Unavailable
 
 log = logging.getLogger(__name__)
-FOLDER = "forkvisor"  # below the manager's own cgroup: runs of every owner of this host's managers there
 MODES = ("auto", "cgroup", "processes")
 RUN_MARK = "FORKVISOR_ATTEMPT_DIR"  # in the environment of every process a run execs (`child.job_environment`)
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -56,29 +56,7 @@ _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 def cgroup2_mount() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (the unified one, on a hybrid host), or None."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            for line in mounts:
-                before, _, after = line.partition(" - ")
-                if after.split(" ", 1)[0] == "cgroup2":
-                    return before.split(" ")[4].replace("\\040", " ")
-    except OSError:
-        pass
-    return None
-
-
-def own_cgroup(mount: str) -> str | None:
-    """This process's cgroup in the v2 hierarchy, as a folder below `mount`; None if it has none."""
-    try:
-        with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as groups:
-            for line in groups:
-                hierarchy, _, rest = line.rstrip("\n").partition(":")
-                controllers, _, path = rest.partition(":")
-                if hierarchy == "0" and controllers == "":
-                    return os.path.join(mount, path.lstrip("/"))
-    except OSError:
-        pass
-    return None
+    return cgroupfs.mount(b"cgroup2")
 
 
 def detect(preference: str = "auto") -> Containment:
@@ -100,17 +78,12 @@ def _writable_base() -> tuple[str | None, str]:
     mount = cgroup2_mount()
     if mount is None:
         return None, "no cgroup v2 hierarchy is mounted"
-    own = own_cgroup(mount)
+    own = cgroupfs.own(mount)
     if own is None or not os.path.isdir(own):
         return None, "this process has no cgroup v2 of its own"
-    base = os.path.join(own, FOLDER)
-    probe = os.path.join(base, f".probe.{os.getpid()}")
-    try:
-        os.makedirs(base, exist_ok=True)
-        os.mkdir(probe)
-        os.rmdir(probe)
-    except OSError as exc:
-        return None, f"its cgroup {own} is not delegated to it ({exc.strerror}: see docs/DEPLOYING.md)"
+    base, refused = cgroupfs.divisible(own)
+    if base is None:
+        return None, f"its cgroup {own} is not delegated to it ({refused}: see docs/DEPLOYING.md)"
     return base, ""
 
 
@@ -243,10 +216,6 @@ class CgroupRun:
         memory cgroup's, or -1), before any of the job's code."""
         return self.procs, -1 if self.memory is None else self.memory.procs
 
-    def enter(self) -> None:
-        """In the run's first process, before any of the job's code: move into the cgroups."""
-        enter(self.entries())
-
     def started(self) -> None:
         """In the manager, once the child started: it has its own copy of the descriptors."""
         if self.procs >= 0:
@@ -351,31 +320,23 @@ def _exited(pidfd: int) -> bool:
 
 
 def enter(procs: tuple[int, ...]) -> None:
-    """Write this process into each cgroup whose `cgroup.procs` is given (-1: none); the
-    child's side, before any of the job's code."""
+    """In the run's first process, before any of the job's code: write it into each cgroup
+    whose `cgroup.procs` is given (-1: none; `CgroupRun.entries`), and close them."""
     for fd in procs:
         if fd >= 0:
             os.write(fd, b"0")
+            os.close(fd)
 
 
 def _keyed(path: str) -> dict[str, int]:
     """A cgroup file of `key value` lines (`cpu.stat`), its whole numbers by key."""
-    try:
-        with open(path, "rb") as found:
-            lines = found.read(65536).splitlines()
-    except OSError:
-        return {}
-    pairs = (line.split(b" ", 1) for line in lines)
+    pairs = (line.split(b" ", 1) for line in (cgroupfs.read(path) or b"").splitlines())
     return {key.decode(): int(value) for key, value in (pair for pair in pairs if len(pair) == 2) if value.isdigit()}
 
 
 def _write(path: str, text: str) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+        cgroupfs.write(path, text)
     except FileNotFoundError:
         pass  # removed: nothing left to act on
     except OSError as exc:
@@ -384,14 +345,10 @@ def _write(path: str, text: str) -> None:
 
 
 def _event(path: str, key: str) -> str | None:
-    try:
-        with open(os.path.join(path, "cgroup.events"), "rb") as events:
-            for line in events:
-                name, _, value = line.partition(b" ")
-                if name == key.encode():
-                    return value.strip().decode()
-    except OSError:
-        pass
+    for line in (cgroupfs.read(os.path.join(path, "cgroup.events")) or b"").splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key.encode():
+            return value.strip().decode()
     return None
 
 

@@ -20,53 +20,22 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-FOLDER = "forkvisor"
+from supervisor import cgroupfs
+
 LIMIT, PEAK, OOM = "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control"
-
-
-def v1_mount() -> str | None:
-    """Where cgroup v1's memory hierarchy is mounted, or None."""
-    try:
-        with open("/proc/self/mountinfo", "rb") as mounts:
-            for line in mounts:
-                before, _, after = line.partition(b" - ")
-                fields = after.split()
-                if len(fields) >= 3 and fields[0] == b"cgroup" and b"memory" in fields[2].split(b","):
-                    return os.fsdecode(before.split(b" ")[4]).replace("\\040", " ")
-    except OSError:
-        pass
-    return None
-
-
-def own_v1_cgroup(mount: str) -> str | None:
-    """This process's memory cgroup, as a folder below `mount`; None if it has none."""
-    try:
-        with open("/proc/self/cgroup", "rb") as groups:
-            for line in groups:
-                _, controllers, path = line.rstrip(b"\n").split(b":", 2)
-                if b"memory" in controllers.split(b","):
-                    return os.path.join(mount, os.fsdecode(path).lstrip("/"))
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def detect() -> tuple[Memory | None, str]:
     """The memory cgroups runs may have here, or None and why not."""
-    mount = v1_mount()
+    mount = cgroupfs.mount(b"cgroup", controller=b"memory")
     if mount is None:
         return None, "no memory controller this process may use (cgroup v1's is not mounted)"
-    own = own_v1_cgroup(mount)
+    own = cgroupfs.own(mount, controller=b"memory")
     if own is None or not os.path.isdir(own):
         return None, "this process has no memory cgroup of its own"
-    base = os.path.join(own, FOLDER)
-    probe = os.path.join(base, f".probe.{os.getpid()}")
-    try:
-        os.makedirs(base, exist_ok=True)
-        os.mkdir(probe)
-        os.rmdir(probe)
-    except OSError as exc:
-        return None, f"its memory cgroup {own} is not its to divide ({exc.strerror})"
+    base, refused = cgroupfs.divisible(own)
+    if base is None:
+        return None, f"its memory cgroup {own} is not its to divide ({refused})"
     return Memory(base), ""
 
 
@@ -118,7 +87,7 @@ class Memory:
         found = RunMemory(path, limit)
         try:
             if limit:
-                _write(os.path.join(path, LIMIT), str(limit))
+                cgroupfs.write(os.path.join(path, LIMIT), str(limit))
             found.procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             found.remove()
@@ -141,12 +110,12 @@ class RunMemory:
 
     def peak(self) -> int | None:
         """The most memory the run's processes held at once (bytes), as the kernel counts."""
-        text = _read(os.path.join(self.path, PEAK))
+        text = cgroupfs.read(os.path.join(self.path, PEAK))
         return int(text) if text is not None and text.strip().isdigit() else None
 
     def oom_kills(self) -> int:
         """How many of the run's processes the OOM killer took at its limit."""
-        text = _read(os.path.join(self.path, OOM)) or b""
+        text = cgroupfs.read(os.path.join(self.path, OOM)) or b""
         for line in text.splitlines():
             name, _, value = line.partition(b" ")
             if name == b"oom_kill" and value.strip().isdigit():
@@ -165,19 +134,3 @@ class RunMemory:
                 return False
             raise
         return True
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as found:
-            return found.read(4096)
-    except OSError:
-        return None
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)

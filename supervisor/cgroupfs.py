@@ -1,0 +1,85 @@
+"""The cgroup file system, as much of it as `containment` (cgroup v2, where runs live) and
+`run_memory` (cgroup v1's memory hierarchy, where their memory is limited) need: where a
+hierarchy is mounted, this process's cgroup in it, the folder below it that this process
+may divide, and reading and writing a cgroup's files.
+
+Everything is read as bytes: a manager that dropped its privileges may no longer be able
+to import a codec.
+"""
+
+from __future__ import annotations
+
+import os
+
+FOLDER = "forkvisor"  # below the manager's own cgroup: the runs of this host's managers
+
+
+def mount(kind: bytes, controller: bytes | None = None) -> str | None:
+    """Where the hierarchy of file system `kind` is mounted (b"cgroup2"; or b"cgroup", the
+    v1 one that holds `controller`), or None."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as mounts:
+            for line in mounts:
+                before, _, after = line.partition(b" - ")
+                fields = after.split()
+                if not fields or fields[0] != kind:
+                    continue
+                if controller is None or (len(fields) >= 3 and controller in fields[2].split(b",")):
+                    return os.fsdecode(before.split(b" ")[4]).replace("\\040", " ")
+    except OSError:
+        pass
+    return None
+
+
+def own(at: str, controller: bytes | None = None) -> str | None:
+    """This process's cgroup, as a folder below the mount `at`: its v2 cgroup (no
+    `controller`), else its cgroup in the v1 hierarchy holding `controller`; None if none."""
+    try:
+        with open("/proc/self/cgroup", "rb") as groups:
+            for line in groups:
+                hierarchy, controllers, path = line.rstrip(b"\n").split(b":", 2)
+                if _is_ours(hierarchy, controllers, controller):
+                    return os.path.join(at, os.fsdecode(path).lstrip("/"))
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _is_ours(hierarchy: bytes, controllers: bytes, controller: bytes | None) -> bool:
+    """Whether a line of /proc/self/cgroup names the hierarchy asked for: v2's ("0::") or
+    the v1 one holding `controller`."""
+    if controller is None:
+        return hierarchy == b"0" and controllers == b""
+    return controller in controllers.split(b",")
+
+
+def divisible(own_cgroup: str) -> tuple[str | None, str]:
+    """`FOLDER` below `own_cgroup`, made if missing, if this process may make cgroups there;
+    else None and why not (the kernel's word)."""
+    base = os.path.join(own_cgroup, FOLDER)
+    probe = os.path.join(base, f".probe.{os.getpid()}")
+    try:
+        os.makedirs(base, exist_ok=True)
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    return base, ""
+
+
+def read(path: str, most: int = 65536) -> bytes | None:
+    """A cgroup file's content (at most `most` bytes), or None if it cannot be read."""
+    try:
+        with open(path, "rb") as found:
+            return found.read(most)
+    except OSError:
+        return None
+
+
+def write(path: str, text: str) -> None:
+    """Write one value into a cgroup file (the kernel takes it whole); OSError if refused."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
