@@ -9,9 +9,11 @@ to import a codec.
 
 from __future__ import annotations
 
+import errno
 import os
 
 FOLDER = "forkvisor"  # below the manager's own cgroup: the runs of this host's managers
+LEAF = "forkvisor-managers"  # beside it, on cgroup v2: where managers sit so that their cgroup may lend controllers
 
 
 def mount(kind: bytes, controller: bytes | None = None) -> str | None:
@@ -33,13 +35,16 @@ def mount(kind: bytes, controller: bytes | None = None) -> str | None:
 
 def own(at: str, controller: bytes | None = None) -> str | None:
     """This process's cgroup, as a folder below the mount `at`: its v2 cgroup (no
-    `controller`), else its cgroup in the v1 hierarchy holding `controller`; None if none."""
+    `controller`; the one above if this process sits in its `LEAF`), else its cgroup in
+    the v1 hierarchy holding `controller`; None if none."""
     try:
         with open("/proc/self/cgroup", "rb") as groups:
             for line in groups:
                 hierarchy, controllers, path = line.rstrip(b"\n").split(b":", 2)
                 if _is_ours(hierarchy, controllers, controller):
-                    return os.path.join(at, os.fsdecode(path).lstrip("/"))
+                    found = os.path.join(at, os.fsdecode(path).lstrip("/"))
+                    leaf = controller is None and os.path.basename(found) == LEAF
+                    return os.path.dirname(found) if leaf else found
     except (OSError, ValueError):
         pass
     return None
@@ -83,3 +88,34 @@ def write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+def lend(own_cgroup: str, base: str, controller: str) -> str:
+    """Enable `controller` (b"memory") for the cgroups below `base` (`FOLDER` below
+    `own_cgroup`): in the `cgroup.subtree_control` of both (an owner's folder below `base`
+    is done as it is made: `enable`). cgroup v2 lends a controller only to the children
+    of a cgroup that holds no process itself (its root aside), so if this process is in
+    `own_cgroup`, it first moves into `LEAF` beside `base`. "" once done, else why not."""
+    if controller.encode() not in (read(os.path.join(own_cgroup, "cgroup.controllers")) or b"").split():
+        return f"its cgroup {own_cgroup} was given no {controller} controller (cgroup.controllers)"
+    try:
+        enable(own_cgroup, controller)
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            return f"cannot enable {controller} below {own_cgroup}: {exc.strerror}"
+        try:
+            os.makedirs(os.path.join(own_cgroup, LEAF), exist_ok=True)
+            write(os.path.join(own_cgroup, LEAF, "cgroup.procs"), "0")
+            enable(own_cgroup, controller)
+        except OSError as again:
+            return f"cannot enable {controller} below {own_cgroup}: {again.strerror} (other processes are in it)"
+    try:
+        enable(base, controller)
+    except OSError as exc:
+        return f"cannot enable {controller} below {base}: {exc.strerror}"
+    return ""
+
+
+def enable(cgroup: str, controller: str) -> None:
+    """Lend `controller` to the cgroups below `cgroup`; OSError if the kernel refuses."""
+    write(os.path.join(cgroup, "cgroup.subtree_control"), f"+{controller}")

@@ -27,19 +27,22 @@ FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
 
 
 def run_mark(running: Running) -> str:
-    """The mark every exec'd process of the run bears (its run folder: `containment`)."""
-    return f"{running.claim.place.path}/attempt-{running.claim.run}"
+    """The mark every process of the run bears (`containment`)."""
+    claim = running.claim
+    return containment.run_mark(claim.owner, claim.job_id, claim.run)
 
 
-def signal_strays(exclude: set[int], chosen: Callable[[str], bool], signum: signal.Signals) -> list[tuple[int, str]]:
-    """Signal each adopted orphan (not in `exclude`) whose run's mark `chosen` picks, through
-    a pidfd opened before its mark was read; (pid, mark) of each one signalled."""
+def signal_strays(
+    exclude: set[int], chosen: Callable[[set[str]], bool], signum: signal.Signals
+) -> list[tuple[int, set[str]]]:
+    """Signal each adopted orphan (not in `exclude`) whose runs' marks `chosen` picks, through
+    a pidfd opened before its marks were read; (pid, marks) of each one signalled."""
     signalled = []
-    for pid, pidfd, mark in containment.strays(exclude):
+    for pid, pidfd, marks in containment.strays(exclude):
         try:
-            if chosen(mark):
+            if chosen(marks):
                 signal.pidfd_send_signal(pidfd, signum)
-                signalled.append((pid, mark))
+                signalled.append((pid, marks))
         except ProcessLookupError:
             pass  # gone meanwhile
         finally:
@@ -60,6 +63,7 @@ class Children:
         self._drain_deadline: float | None = None
         self._emptying: list[CgroupRun] = []  # the cgroups of ended runs, removed once empty
         self.strays = False  # look for what ended runs left among our own children (no cgroups)
+        self.others: Callable[[], set[int]] = set  # the pids of our other children (sweepers): no strays
         self.on_start: Callable[[Running], None] | None = None  # told of each child started
         self.on_end: Callable[[Running], None] | None = None  # and of each reaped
 
@@ -103,7 +107,8 @@ class Children:
     def _end_run(self, running: Running) -> None:
         """A job ends with its child: what it left goes too. Its cgroup, all of it; else its
         process group (and, if we stopped it, every descendant seen), and the orphans it left
-        are found by their mark at the next check (`_end_strays`)."""
+        (the kernel gave them to us before the child became a zombie), found by their mark;
+        what those had started comes to us as they die, and goes at the next check."""
         box = running.box
         if box is not None:
             box.sample()
@@ -118,6 +123,8 @@ class Children:
             forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
         else:
             forking.kill_group(running.pid)
+        if box is None and self.strays:
+            self._end_strays()
 
     # -- stopping --------------------------------------------------------------------
 
@@ -253,14 +260,15 @@ class Children:
         """Kill the orphans (adopted: the manager is a subreaper) of runs that ended, found by
         their run's mark: where runs have no cgroup, what a job left in another session."""
         live = {run_mark(running) for running in self.running.values()}
-        for pid, mark in signal_strays(set(self.running), lambda mark: mark not in live, signal.SIGKILL):
-            log.warning("killed pid %d, left by the ended run %s", pid, mark)
+        known = {*self.running, *self.others()}
+        for pid, marks in signal_strays(known, lambda marks: not marks & live, signal.SIGKILL):
+            log.warning("killed pid %d, left by the ended run %s", pid, ", ".join(sorted(marks)))
 
     @staticmethod
     def _signal_marked(running: Running, signum: signal.Signals) -> None:
         """Signal the processes of the run that left its tree (adopted: we are a subreaper)."""
         mark = run_mark(running)
-        signal_strays(set(), lambda found: found == mark, signum)
+        signal_strays(set(), lambda marks: mark in marks, signum)
 
     @staticmethod
     def _signal(running: Running, signum: signal.Signals) -> None:

@@ -16,13 +16,16 @@ Two ways, chosen when a manager starts (`detect`), said in its log and by `statu
   owner on this host kills what is left there and waits for it to be gone before a job
   goes back.
 - **processes**: elsewhere. The manager is a child subreaper (what a job leaves when its
-  parent exits comes to it), and every process of a run that a job started with exec
-  carries its run in its environment (`FORKVISOR_ATTEMPT_DIR`, which names the owner's
-  folder): the orphans it adopts, and a dead owner's leftovers found in /proc by that
-  mark, are killed, each through a pidfd opened and checked before the signal, never by
-  a bare pid. A process that both leaves the process group and drops its environment
-  without exec (a Python daemon double-forking itself) can escape this mode: docs/
-  ARCHITECTURE.md says what each mode guarantees.
+  parent exits comes to it), and every process of a run bears its run's mark, in two
+  ways: a descriptor every process of the run inherits (a memfd named for the run, which
+  survives fork, exec and `setsid`: `mark_run`), and its run in the environment of what it
+  execs (`FORKVISOR_ATTEMPT_DIR`). Both name the owner's folder (`/claimed/OWNER/JOB/
+  attempt-N`: owner names are unique). The orphans it adopts, and a dead owner's
+  leftovers found in /proc by that mark, are killed, each through a pidfd opened and
+  checked before the signal, never by a bare pid. A process that both closes its
+  descriptors and drops its environment without exec can escape this mode (a daemon
+  that closes every descriptor and clears its environment): docs/ARCHITECTURE.md says
+  what each mode guarantees.
 
 What this module does not do: decide when (that is `children`, `outcomes`, the sweeper).
 """
@@ -48,6 +51,8 @@ from supervisor.errors import Unavailable
 log = logging.getLogger(__name__)
 MODES = ("auto", "cgroup", "processes")
 RUN_MARK = "FORKVISOR_ATTEMPT_DIR"  # in the environment of every process a run execs (`child.job_environment`)
+FD_MARK = "forkvisor-run:"  # the name of the memfd every process of a run holds (`mark_run`)
+_MEMFD = "/memfd:"  # how /proc shows a memfd's name (then " (deleted)")
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
@@ -65,26 +70,28 @@ def detect(preference: str = "auto") -> Containment:
     cannot be had)."""
     if preference == "processes":
         return ProcessContainment("asked for (--containment processes)")
-    base, why_not = _writable_base()
+    own, base, why_not = _writable_base()
     if base is not None:
-        memory, why_no_memory = run_memory.detect()
+        memory, why_no_memory = run_memory.detect(own, base)
         return CgroupContainment(base, memory, why_no_memory)
     if preference == "cgroup":
         raise Unavailable(f"--containment cgroup: {why_not}")
     return ProcessContainment(why_not)
 
 
-def _writable_base() -> tuple[str | None, str]:
+def _writable_base() -> tuple[str, str | None, str]:
+    """This process's v2 cgroup, the folder of runs below it if this process may make
+    cgroups there (else None), and why not."""
     mount = cgroup2_mount()
     if mount is None:
-        return None, "no cgroup v2 hierarchy is mounted"
+        return "", None, "no cgroup v2 hierarchy is mounted"
     own = cgroupfs.own(mount)
     if own is None or not os.path.isdir(own):
-        return None, "this process has no cgroup v2 of its own"
+        return "", None, "this process has no cgroup v2 of its own"
     base, refused = cgroupfs.divisible(own)
     if base is None:
-        return None, f"its cgroup {own} is not delegated to it ({refused}: see docs/DEPLOYING.md)"
-    return base, ""
+        return own, None, f"its cgroup {own} is not delegated to it ({refused}: see docs/DEPLOYING.md)"
+    return own, base, ""
 
 
 # -- the two ways ------------------------------------------------------------------------------
@@ -116,6 +123,11 @@ class Containment:
         to `memory_limit` bytes where a memory controller is ours."""
         return None
 
+    def mark_run(self, mark: str) -> int:
+        """A descriptor for the run's first process to inherit, which marks every process of
+        the run (-1: none, its cgroup holds them); the caller closes it once that started."""
+        return -1
+
 
 class ProcessContainment(Containment):
     mode = "processes"
@@ -125,6 +137,13 @@ class ProcessContainment(Containment):
 
     def describe(self) -> str:
         return f"processes (a run's processes are found by their parent and their mark; no cgroup: {self.why})"
+
+    def mark_run(self, mark: str) -> int:
+        """A memfd named for the run: every process of the run inherits it, through fork, exec
+        and `setsid`, and /proc shows its name to whoever may look. Not close-on-exec, so
+        that an exec'd program keeps it: the manager starts no other process while it holds
+        it (it is single-threaded, and closes it once the run's first process started)."""
+        return os.memfd_create(FD_MARK + mark, 0)
 
 
 class CgroupContainment(Containment):
@@ -359,11 +378,10 @@ def end_leftovers(runs_folder: str | None, owner: str, timeout: float = 10.0) ->
     """End every process a dead owner's runs left on this host, and wait until they are
     gone (at most `timeout` seconds); whether none is left. `runs_folder`: the owner's
     cgroups, as its owner file recorded them (checked: a cgroup v2 folder named for the
-    owner); else its processes are found by their mark, which names the owner's folder
-    (`claimed/OWNER/`: owner names are unique)."""
+    owner); else its processes are found by their mark (`run_mark`), which names it."""
     if runs_folder is not None and _is_runs_folder(runs_folder, owner):
         return _end_cgroups(runs_folder, timeout)
-    return _end_marked(f"/claimed/{owner}/", timeout)
+    return _end_marked(owner, timeout)
 
 
 def _is_runs_folder(path: str, owner: str) -> bool:
@@ -405,28 +423,33 @@ def _end_cgroups(folder: str, timeout: float) -> bool:
     return True
 
 
-def marked(part: str) -> Iterator[tuple[int, int]]:
-    """(pid, pidfd) of every process whose run mark holds `part` (a pidfd opened before its
-    mark was read again: the process, not a pid that may have been reused meanwhile)."""
+def marked(owner: str) -> Iterator[tuple[int, int]]:
+    """(pid, pidfd) of every process that bears the mark of one of `owner`'s runs (a pidfd
+    opened before its marks were read again: the process, not a pid reused meanwhile)."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
-        if pid == os.getpid() or part not in (_mark(pid) or ""):
+        if pid == os.getpid() or not _of_owner(pid, owner):
             continue
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
             continue
-        if part in (_mark(pid) or "") and not _exited(pidfd):
+        if _of_owner(pid, owner) and not _exited(pidfd):
             yield pid, pidfd
         else:
             os.close(pidfd)
 
 
-def strays(exclude: set[int]) -> Iterator[tuple[int, int, str]]:
-    """(pid, pidfd, its run's mark) of each child of this process (a subreaper: orphans come
-    to it) that is not in `exclude` and bears a run's mark; the caller closes the pidfds."""
+def _of_owner(pid: int, owner: str) -> bool:
+    return any(mark.startswith(f"/claimed/{owner}/") for mark in _marks(pid))
+
+
+def strays(exclude: set[int]) -> Iterator[tuple[int, int, set[str]]]:
+    """(pid, pidfd, the runs it bears the mark of) of each child of this process (a subreaper:
+    orphans come to it) that is not in `exclude` and bears a run's mark; the caller closes
+    the pidfds."""
     for child in _children():
         if child in exclude:
             continue
@@ -434,11 +457,11 @@ def strays(exclude: set[int]) -> Iterator[tuple[int, int, str]]:
             pidfd = os.pidfd_open(child)
         except OSError:
             continue
-        mark = _mark(child) if _parent(child) == os.getpid() and not _exited(pidfd) else None
-        if mark is None:
-            os.close(pidfd)
+        marks = _marks(child) if _parent(child) == os.getpid() and not _exited(pidfd) else set()
+        if marks:
+            yield child, pidfd, marks
         else:
-            yield child, pidfd, mark
+            os.close(pidfd)
 
 
 def _children() -> list[int]:
@@ -463,21 +486,45 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def _mark(pid: int) -> str | None:
-    """The run a process belongs to, by the mark in its environment (None: it bears none)."""
+def run_mark(owner: str, job_id: str, run: int) -> str:
+    """A run's mark: where its folder is below the queue (owner names are unique)."""
+    return f"/claimed/{owner}/{job_id}/attempt-{run}"
+
+
+def _marks(pid: int) -> set[str]:
+    """The runs a process bears the mark of (`run_mark`): by a descriptor it holds, and by its
+    environment (its run folder's path, whose tail is the mark); none for most processes."""
+    found = {name[len(FD_MARK) :] for name in _memfd_names(pid) if name.startswith(FD_MARK)}
     prefix = f"{RUN_MARK}=".encode()
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
             for entry in environ.read().split(b"\0"):
                 if entry.startswith(prefix):
-                    return os.fsdecode(entry[len(prefix) :])
+                    path = os.fsdecode(entry[len(prefix) :])
+                    found.add(path[path.rfind("/claimed/") :])
     except OSError:
         pass
-    return None
+    return found
 
 
-def _end_marked(part: str, timeout: float) -> bool:
-    found = list(marked(part))
+def _memfd_names(pid: int) -> Iterator[str]:
+    """The names of the memfds a process holds (as /proc shows them: to its user and root)."""
+    folder = f"/proc/{pid}/fd"
+    try:
+        descriptors = os.listdir(folder)
+    except OSError:
+        return
+    for fd in descriptors:
+        try:
+            target = os.readlink(f"{folder}/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith(_MEMFD):
+            yield target[len(_MEMFD) :].removesuffix(" (deleted)")
+
+
+def _end_marked(owner: str, timeout: float) -> bool:
+    found = list(marked(owner))
     for _, pidfd in found:
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)

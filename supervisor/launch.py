@@ -15,7 +15,7 @@ from jobs import COMMAND, Claim, Command, JobsError, Queue, Registry, UnknownCal
 from supervisor import forking, privileges
 from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
-from supervisor.containment import CgroupRun, Containment, ProcessContainment
+from supervisor.containment import CgroupRun, Containment, ProcessContainment, run_mark
 from supervisor.errors import CannotRunAs, ConfigError
 from supervisor.forking import NO_CGROUPS
 from supervisor.outcomes import Outcomes, describe, job_fields
@@ -61,6 +61,16 @@ class Launcher:
         start here is dead, one the host cannot start a process for goes back (its attempt
         not counted)."""
         box = self.containment.new_run(claim.owner, claim.job_id, claim.run, claim.policy.memory_limit)
+        mark = self.containment.mark_run(run_mark(claim.owner, claim.job_id, claim.run))
+        try:
+            self._launch(claim, children, outcomes, close_fds, box)
+        finally:
+            if mark >= 0:
+                os.close(mark)  # the run's first process has it (or there is none)
+
+    def _launch(
+        self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int], box: CgroupRun | None
+    ) -> None:
         try:
             create = self.creator(claim, close_fds, box)
         except (JobsError, CannotRunAs) as exc:  # unknown function, malformed command, no such submitter

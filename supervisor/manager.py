@@ -112,6 +112,7 @@ class Manager:
         self.phase = Phase.NEW
         self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
         self.children.strays = self.containment.mode == "processes"  # orphans found by their mark
+        self.children.others = self._sweeper_pids  # children that are not orphans: not looked at
         self.wakeups = Wakeups(opened, options.poll_interval)
         self.children.on_start = self.wakeups.follow_job  # an operator's cancel reaches a job at once
         self.children.on_end = self.wakeups.forget_job
@@ -140,6 +141,9 @@ class Manager:
     def draining(self) -> bool:
         """Claiming nothing more: draining or stopping."""
         return self.phase in (Phase.DRAINING, Phase.STOPPING)
+
+    def _sweeper_pids(self) -> set[int]:
+        return {served.sweeper.pid for served in self.served if served.sweeper.pid is not None}
 
     @property
     def sweeper_pid(self) -> int | None:

@@ -4,13 +4,19 @@ it, on every process of the run at once: no sampling, no burst slips through), a
 says the run's peak and how many of its processes the OOM killer took. (v1's limit is on
 RAM: on a host with swap, a run may swap past it, as `memory.max` lets it on v2.)
 
-The controller used is cgroup v1's `memory` hierarchy, where this process may make
-cgroups below its own there (a hybrid host, as root): `<own>/forkvisor/<owner>/<job>.<run>`,
-entered by the run's first process together with its v2 cgroup (`containment`). On a pure
-cgroup v2 host the memory controller lives in the run's own cgroup, but enabling it there
-needs the manager to sit in a leaf of its delegated cgroup (the "no internal processes"
-rule); that is not done yet: such hosts watch the tree's RSS, as hosts without cgroups do
-(`limits.tree_rss`). docs/ARCHITECTURE.md says what each host gets.
+Two ways, the first that this host offers:
+
+- **cgroup v2** (a pure v2 host that delegates `memory` to the manager's cgroup: systemd's
+  `Delegate=yes`, a container): the run's own cgroup is its memory cgroup (`memory.max`,
+  `memory.peak`, `memory.events`). cgroup v2 lends a controller only to the children of a
+  cgroup without processes of its own, so the manager first moves into a leaf beside its
+  runs (`cgroupfs.lend`), and enables `memory` at each level down to the runs.
+- **cgroup v1's `memory` hierarchy**, where this process may make cgroups below its own
+  there (a hybrid host, as root): `<own>/forkvisor/<owner>/<job>.<run>`, entered by the
+  run's first process together with its v2 cgroup (`containment`).
+
+Elsewhere the tree's RSS is watched (`limits.tree_rss`). docs/ARCHITECTURE.md says what
+each host gets.
 """
 
 from __future__ import annotations
@@ -22,11 +28,33 @@ from dataclasses import dataclass
 
 from supervisor import cgroupfs
 
-LIMIT, PEAK, OOM = "memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control"
+
+@dataclass(frozen=True)
+class Files:
+    """A memory cgroup's files: its limit, its peak, and the one that counts OOM kills
+    (an `oom_kill N` line in both versions)."""
+
+    limit: str
+    peak: str
+    oom: str
+    own_cgroup: bool  # the run's own (v2) cgroup: entered with it, made and removed with it
 
 
-def detect() -> tuple[Memory | None, str]:
-    """The memory cgroups runs may have here, or None and why not."""
+V1 = Files("memory.limit_in_bytes", "memory.max_usage_in_bytes", "memory.oom_control", own_cgroup=False)
+V2 = Files("memory.max", "memory.peak", "memory.events", own_cgroup=True)
+
+
+def detect(own_cgroup: str, base: str) -> tuple[Memory | None, str]:
+    """The memory cgroups runs may have here, or None and why not: cgroup v2's, lent to the
+    runs below `base` (`FOLDER` below `own_cgroup`, this process's v2 cgroup), else v1's."""
+    why_not_v2 = cgroupfs.lend(own_cgroup, base, "memory")
+    if not why_not_v2:
+        return Memory(base, V2), ""
+    found, why_not_v1 = _detect_v1()
+    return found, "" if found is not None else f"{why_not_v2}; {why_not_v1}"
+
+
+def _detect_v1() -> tuple[Memory | None, str]:
     mount = cgroupfs.mount(b"cgroup", controller=b"memory")
     if mount is None:
         return None, "no memory controller this process may use (cgroup v1's is not mounted)"
@@ -36,7 +64,7 @@ def detect() -> tuple[Memory | None, str]:
     base, refused = cgroupfs.divisible(own)
     if base is None:
         return None, f"its memory cgroup {own} is not its to divide ({refused})"
-    return Memory(base), ""
+    return Memory(base, V1), ""
 
 
 @dataclass(frozen=True)
@@ -44,12 +72,19 @@ class Memory:
     """Where the memory cgroups of this host's runs go."""
 
     base: str
+    files: Files
 
     def open_owner(self, owner: str) -> None:
+        folder = os.path.join(self.base, owner)
         try:
-            os.mkdir(os.path.join(self.base, owner))
+            os.mkdir(folder)
         except FileExistsError:
             pass
+        if self.files.own_cgroup:
+            try:
+                cgroupfs.enable(folder, "memory")  # down to its runs
+            except OSError:
+                pass  # its runs then have no memory.max: `new_run` finds out, and they are watched by RSS
 
     def close_owner(self, owner: str) -> None:
         try:
@@ -71,7 +106,7 @@ class Memory:
             except OSError:
                 continue
             for run in runs:
-                RunMemory(run, None).remove()
+                RunMemory(run, None, self.files).remove()
             self.close_owner(owner)
 
     def new_run(self, owner: str, job_id: str, run: int, limit: int | None) -> RunMemory | None:
@@ -81,14 +116,15 @@ class Memory:
         try:
             os.mkdir(path)
         except FileExistsError:
-            pass  # left by a run of the same number: its processes were killed with its v2 cgroup
+            pass  # the run's v2 cgroup, or left by a run of the same number (killed with its v2 cgroup)
         except OSError:
             return None
-        found = RunMemory(path, limit)
+        found = RunMemory(path, limit, self.files)
         try:
             if limit:
-                cgroupfs.write(os.path.join(path, LIMIT), str(limit))
-            found.procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                cgroupfs.write(os.path.join(path, self.files.limit), str(limit))
+            if not self.files.own_cgroup:
+                found.procs = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             found.remove()
             return None
@@ -101,7 +137,8 @@ class RunMemory:
 
     path: str
     limit: int | None
-    procs: int = -1
+    files: Files = V1
+    procs: int = -1  # (v2: -1, the run's first process enters it with its cgroup)
 
     def started(self) -> None:
         if self.procs >= 0:
@@ -110,12 +147,12 @@ class RunMemory:
 
     def peak(self) -> int | None:
         """The most memory the run's processes held at once (bytes), as the kernel counts."""
-        text = cgroupfs.read(os.path.join(self.path, PEAK))
+        text = cgroupfs.read(os.path.join(self.path, self.files.peak))
         return int(text) if text is not None and text.strip().isdigit() else None
 
     def oom_kills(self) -> int:
         """How many of the run's processes the OOM killer took at its limit."""
-        text = cgroupfs.read(os.path.join(self.path, OOM)) or b""
+        text = cgroupfs.read(os.path.join(self.path, self.files.oom)) or b""
         for line in text.splitlines():
             name, _, value = line.partition(b" ")
             if name == b"oom_kill" and value.strip().isdigit():

@@ -35,8 +35,6 @@ from typing import IO, Any
 import psutil
 
 from jobs import Call, JobOptions, Queue
-from supervisor import containment
-from supervisor.containment import CgroupContainment
 from tests.chaos import checker
 from tests.chaos.behaviours import BEHAVIOURS, LONG_LIFETIME, OVERLAP, SURVIVED, Scratch
 from tests.chaos.cluster import APP, JOB_TITLE, SWEEPER_TITLE, Cluster, ManagerOptions, ManagerProcess, title, wait_for
@@ -307,14 +305,12 @@ class Grandchildren:
     excused: list[str] = field(default_factory=list)  # left running because chaos killed their job or manager
     leaked: list[str] = field(default_factory=list)  # outlived their job although nobody killed it from outside
     overlaps: list[str] = field(default_factory=list)  # alive when a later run of their job started
-    contained: bool = True  # the managers gave runs cgroups: no overlap is excused
 
     @property
     def violations(self) -> list[str]:
-        """Leaks, and overlaps where runs had cgroups. Without, a Python job's fork that left
-        its session carries no mark and survives its SIGKILLed manager: a documented limit
-        of processes mode (docs/ARCHITECTURE.md), reported, not a violation."""
-        return [*self.leaked, *(self.overlaps if self.contained else [])]
+        """Leaks, and overlaps: in either containment mode (a cgroup, or the mark every
+        process of a run inherits), no run overlaps its retry."""
+        return [*self.leaked, *self.overlaps]
 
 
 def judge_grandchildren(
@@ -324,7 +320,6 @@ def judge_grandchildren(
     it may outlive its job only if chaos SIGKILLed the job or the manager (nobody is left to kill it)."""
     found = Grandchildren()
     killed_jobs = {(pid, round(started, 2)) for pid, started in killed_children}
-    found.contained = isinstance(containment.detect(os.environ.get("FORKVISOR_CONTAINMENT", "auto")), CgroupContainment)
     found.overlaps = [
         f"a run of job {path.name.split('.')[1]} started while pid {path.name.split('.')[2]}, "
         "a grandchild of an earlier run, lived"
@@ -426,7 +421,7 @@ def _figures(outcome: Outcome) -> list[str]:
         f"known issues {len(report.known)}; temporaries left in job folders {len(report.temporaries)}",
         f"  grandchildren of hanging jobs: {grandchildren.recorded}, left running by chaos kills "
         f"{len(grandchildren.excused)}, leaked {len(grandchildren.leaked)}, overlapping a later run "
-        f"{len(grandchildren.overlaps)}{'' if grandchildren.contained else ' (processes mode: reported, excused)'}",
+        f"{len(grandchildren.overlaps)}",
         f"  manager log errors: {dict(outcome.log_errors) or 'none'}",
         f"  time: chaos {outcome.chaos_seconds:.1f}s, quiesce {quiesce} after the last event, "
         f"wall {outcome.wall_seconds:.1f}s",

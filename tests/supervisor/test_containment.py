@@ -8,12 +8,16 @@ knowing nothing of how forkvisor finds a run's processes."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobs import Queue, State
 from supervisor import containment, sweeper
@@ -21,7 +25,7 @@ from supervisor.containment import CgroupContainment
 from tests.processes import Processes, _reap_zombies, dump, wait_until
 from tests.tree_job import marked
 
-KINDS = ("pipeline", "setsid", "daemon", "subprocess")
+KINDS = ("pipeline", "setsid", "daemon", "subprocess", "fork")
 
 
 def _cgroups_or_why() -> str:
@@ -39,10 +43,10 @@ MODES = [
 def enqueue_tree(
     queue: Queue, kind: str, folder: Path, then: str = "block", **options: object
 ) -> tuple[str, str, Path]:
-    """A job of `kind` (a command job but for "subprocess", which is Python's) that blocks
-    once its tree is up (or ends: `then` "return"); its id, mark and log."""
+    """A job of `kind` (a command job but for "subprocess" and "fork", which are Python's)
+    that blocks once its tree is up (or ends: `then` "return"); its id, mark and log."""
     mark, log = uuid.uuid4().hex, folder / f"{kind}.log"
-    if kind == "subprocess":
+    if kind in ("subprocess", "fork"):
         job_id = queue.with_options(**options).enqueue("sample.tree", kind, mark, str(log), then)
     else:
         argv = [sys.executable, "-m", "tests.tree_job", kind, mark, str(log), then]
@@ -65,7 +69,7 @@ def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
     procs: Processes, queue: Queue, barriers: Path, mode: str, successor: str
 ) -> None:
     jobs = {kind: enqueue_tree(queue, kind, barriers, max_attempts=3) for kind in KINDS}
-    first = procs.run_manager(queue, "--commands", "--concurrency", "4", "--containment", mode, name="first")
+    first = procs.run_manager(queue, "--commands", "--concurrency", "5", "--containment", mode, name="first")
     for kind, (_, mark, log) in jobs.items():
         wait_until(lambda log=log: "up 1" in lines(log), 20, f"the {kind} job set up its tree")
         assert marked(mark), f"the {kind} job's tree is not marked: the test would see no overlap"
@@ -76,7 +80,7 @@ def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
         wait_until(lambda: sweeper.sweep_once(queue, _functions(), 60.0, None)["reverted"] == len(KINDS), 10)
         for kind, (_, mark, _) in jobs.items():
             assert gone(mark), f"the sweep gave the {kind} job back while its earlier run lives: {marked(mark)}"
-    last = procs.run_manager(queue, "--commands", "--concurrency", "4", "--containment", mode, "--burst", name="last")
+    last = procs.run_manager(queue, "--commands", "--concurrency", "5", "--containment", mode, "--burst", name="last")
     assert procs.wait_exit(last, 30, "the successor") == 0, procs.log(last)
     for kind, (job_id, mark, log) in jobs.items():
         assert queue.job(job_id).state is State.DONE, dump(queue.job(job_id))
@@ -101,8 +105,11 @@ def test_a_job_ends_with_every_process_it_started(
     second), and when it ends by itself."""
     options = {"timeout": "1s"} if stop == "timeout" else {"timeout": "5m"}
     then = "return" if stop == "end" else "block"
-    jobs = {kind: enqueue_tree(queue, kind, barriers, then, max_attempts=1, **options) for kind in ("setsid", "daemon")}
-    manager = procs.run_manager(queue, "--commands", "--containment", mode, "--drain-timeout", "0.1", name="manager")
+    kinds = ("setsid", "daemon", "fork")
+    jobs = {kind: enqueue_tree(queue, kind, barriers, then, max_attempts=1, **options) for kind in kinds}
+    manager = procs.run_manager(
+        queue, "--commands", "--concurrency", "3", "--containment", mode, "--drain-timeout", "0.1", name="manager"
+    )
     for kind, (_, _, log) in jobs.items():
         wait_until(lambda log=log: "up 1" in lines(log), 20, f"the {kind} job set up its tree")  # (marked)
     if stop == "cancel":
@@ -123,3 +130,54 @@ def test_a_job_ends_with_every_process_it_started(
 def cli_cancel(procs: Processes, queue: Queue, job_ids: list[str]) -> None:
     cancel = procs.forkvisor("cancel", str(queue.path), *job_ids, name="cancel")
     assert procs.wait_exit(cancel, 20, "forkvisor cancel") == 0, procs.log(cancel)
+
+
+# -- a run's mark is written by the job: whatever it holds, the readers take only the marks --
+
+
+_OWNERS = ["h.1.abcdef", "other-host.22.123456"]
+_TEXT = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), max_size=40)
+_NAME = st.one_of(
+    _TEXT,  # anything
+    _TEXT.map(lambda text: containment.FD_MARK + text),  # a mark of no owner
+    st.builds(lambda owner, text: f"{containment.FD_MARK}/claimed/{owner}/{text}", st.sampled_from(_OWNERS), _TEXT),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(_NAME, max_size=4), owner=st.sampled_from(_OWNERS))
+def test_whatever_a_process_names_its_memfds_only_a_runs_mark_is_read_as_one(names: list[str], owner: str) -> None:
+    """A job names its memfds as it likes (a forged mark of another run included): the
+    reader never fails, takes only names under `forkvisor-run:`, and counts a process as an
+    owner's only for a mark under that owner's folder."""
+    held = [os.memfd_create(name, os.MFD_CLOEXEC) for name in names]
+    try:
+        marks = containment._marks(os.getpid())
+        named = {name[len(containment.FD_MARK) :] for name in names if name.startswith(containment.FD_MARK)}
+        assert marks == named  # (this process has no mark in its environment)
+        assert containment._of_owner(os.getpid(), owner) == any(name.startswith(f"/claimed/{owner}/") for name in named)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+@settings(max_examples=25, deadline=None)
+@given(value=st.binary(max_size=300).filter(lambda value: b"\0" not in value))
+def test_whatever_a_process_puts_in_its_run_variable_the_reader_takes_only_a_mark(value: bytes) -> None:
+    """A process's environment is its own: any bytes at FORKVISOR_ATTEMPT_DIR are read
+    without failing, as the tail from its last `/claimed/` (or the whole, which no owner's
+    prefix matches unless it is one)."""
+    child = subprocess.Popen(["sleep", "30"], env={b"FORKVISOR_ATTEMPT_DIR": value})  # type: ignore[dict-item]
+    try:
+        wait_until(lambda: os.path.exists(f"/proc/{child.pid}/environ") and _exec_done(child.pid), 5)
+        marks = containment._marks(child.pid)
+        text = os.fsdecode(value)
+        assert marks == {text[text.rfind("/claimed/") :]}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _exec_done(pid: int) -> bool:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().startswith(b"sleep")
