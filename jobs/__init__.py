@@ -53,7 +53,7 @@ __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on t
 from jobs import output, run_folder
 from jobs.access import owner_group_members
 from jobs.claim import Claim, ClaimState
-from jobs.command import COMMAND, Command, command_call
+from jobs.command import Command, command_call
 from jobs.config import BUILT_IN as _BUILT_IN
 from jobs.config import SETTINGS as QUEUE_SETTINGS
 from jobs.config import TMP_AGE
@@ -83,7 +83,8 @@ from jobs.errors import (
 )
 from jobs.fate import Cause, Reason
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE
-from jobs.job import Job, JobOptions, JobSpec, Run, State, is_job_id, new_job_id
+from jobs.job import COMMAND, JobOptions, JobSpec, State, is_job_id, new_job_id
+from jobs.job_view import Job, Run
 from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, is_owner_name, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from jobs import depends, fate, files, sweep, view
+from jobs import depends, fate, files, moves, view
 from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
 from jobs.fate import Cause
 from jobs.folder import (
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # what opening a folder that is gone, a file or a link raises
 EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
 EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
+UNCLAIMABLE_KEPT = 100  # entries a claimer could not claim, kept with why for `forkvisor status`
 
 
 class ClaimState(NamedTuple):
@@ -100,13 +101,13 @@ class Claimer:
                 if functions is not None:
                     advertised = indented_json({"functions": functions.advertised()})
                     self.folder.write_new(made / FUNCTIONS_FILE, advertised)
-            self.folder.move(staging, self.folder.at(State.CLAIMED) / owner.name)
+            moves.move_on(staging, self.folder.at(State.CLAIMED) / owner.name, self.folder.durable)
         except BaseException:
             files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # our own fresh folder (disk full, say)
             raise
 
     def heartbeat(self, owner: str) -> None:
-        """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
+        """`Queue.heartbeat`: the owner file's mtime is the lease; gone means reaped."""
         try:
             os.utime(f"{owner}/{OWNER_FILE}", dir_fd=self.folder.at(State.CLAIMED).fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -126,7 +127,7 @@ class Claimer:
             pass
 
     def retire(self, owner: str) -> None:
-        """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
+        """`Queue.retire_owner`: the owner file goes first, then the folder if nothing else is in it."""
         claimed = self.folder.at(State.CLAIMED)
         try:
             with claimed.sub(owner) as owner_dir:
@@ -140,13 +141,6 @@ class Claimer:
             os.rmdir(owner, dir_fd=claimed.fd)
         except OSError as exc:
             log.warning("cannot remove owner folder %s: %s", claimed / owner, exc)
-
-    def return_unheld(self, owner: str, held: set[str], now: float, functions: Functions | None) -> int:
-        """Return to the queue the jobs in `claimed/OWNER/` that the owner holds no run of:
-        an error struck between their claim and their fork. Return how many moved."""
-        cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
-        owner_dir = self.folder.at(State.CLAIMED) / owner
-        return sweep.return_unheld(self.folder, owner_dir, held, cause, now, self._index.add, functions)
 
     # -- claiming ------------------------------------------------------------------
 
@@ -180,7 +174,7 @@ class Claimer:
         except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
             # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
             self._index.skip(name)
-            if len(self.unclaimable) < sweep.Skips.LIMIT:
+            if len(self.unclaimable) < UNCLAIMABLE_KEPT:
                 self.unclaimable[name] = f"{exc.strerror or exc} ({os.path.basename(exc.filename or name)})"
             log.warning("cannot claim ready/%r: %s; skipping it (see `forkvisor status`)", name, exc)
             self._return_if_held(owner, name)
@@ -192,7 +186,7 @@ class Claimer:
         if parsed is None:
             return
         try:
-            self.folder.move(self.folder.at(State.CLAIMED) / f"{owner}/{parsed[0]}", self.folder.at(State.READY) / name)
+            moves.hand_over(self.folder.at(State.CLAIMED) / f"{owner}/{parsed[0]}", self.folder.at(State.READY) / name)
         except (OSError, MoveCollision):
             pass  # not moved, or it cannot go back: this owner's heartbeat returns it
 
@@ -209,8 +203,7 @@ class Claimer:
             raise InternalError(f"ready entry {name!r} has no problem but no parsed name: a bug in forkvisor")
         target = claimed / f"{owner}/{parsed[0]}"
         try:
-            # No fsync: a claim lost to power failure is just ready again.
-            files.move(name, target.name, src_dir_fd=ready.fd, dst_dir_fd=claimed.fd)
+            moves.hand_over(ready / name, target)  # no barrier: a claim lost to a power cut is just ready again
         except FileNotFoundError:
             if not claimed.is_dir(owner):
                 raise ClaimLost(
@@ -277,16 +270,15 @@ class Claimer:
             self._bury(place, job_id, found, now)
             return
         depends.write_edges(self.folder, job_id, spec.depends_on)
-        self.folder.move(place, self.folder.at(State.WAITING) / job_id)
+        moves.move_on(place, self.folder.at(State.WAITING) / job_id, self.folder.durable)
         depends.settle(self.folder, job_id, now, self._index.add)  # one may have ended meanwhile
 
     def _give_back(self, place: Entry, name: str, function: str | None) -> None:
         """Put a job this claimer cannot run back in `ready/` as it was: no attempt used, no
         event (every manager that cannot run it passes it once), and never looked at again here."""
         self._index.skip(name)  # first: the watcher will report the name coming back
-        ready = self.folder.at(State.READY)
         try:
-            files.move(place.name, name, src_dir_fd=place.dir.fd, dst_dir_fd=ready.fd)
+            moves.hand_over(place, self.folder.at(State.READY) / name)
         except FileNotFoundError:
             return  # reaped meanwhile: the sweeper returned it
         except MoveCollision:
@@ -321,18 +313,20 @@ class Claimer:
             raise
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
-        """Write how the run ended into its folder (exit status, rusage, error...)."""
+        """`Queue.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
         with self._open(claim, "record the outcome of") as job, self._run_folder(job, claim, now) as run:
             self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
             self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
 
     def complete(self, claim: Claim, now: float) -> None:
-        """Move a claimed job to `done/`, with its run's result as `result.json`."""
+        """`Queue.complete`: the result linked, the event logged and the folder made durable, then the move."""
         with self._open(claim, "complete") as job:
             self._link_result(job, claim, now)
             files.checkpoint("complete:result-linked")
             # Logged first: a kill right after the move must not leave the story without its end.
             self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
+            if self.folder.durable:  # its result's link and its run folder, on disk before the move that ends it
+                job.fsync()
         self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
 
     def fail(self, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool) -> State:
@@ -355,8 +349,7 @@ class Claimer:
         return state
 
     def release(self, claim: Claim, now: float, reason: str) -> None:
-        """Put a claimed job back in `ready/` without using an attempt (operator shutdown);
-        a job an operator cancelled goes to `dead/` instead."""
+        """`Queue.release`: `fate` decides; the counter goes back one before the move."""
         dead = fate.after_release(self._cancel_requested(claim))
         if dead is not None:
             self._bury(claim.place, claim.job_id, dead, now, claim)
@@ -373,7 +366,7 @@ class Claimer:
         self._index.add(target.name)
 
     def note_lost(self, claim: Claim, how: str, now: float) -> None:
-        """Log in the job's events that this run's claim was lost (wherever the job is now)."""
+        """`Queue.note_lost`: found wherever it went; its run gets a lost outcome if it has none."""
         try:
             _, place = view.locate(self.folder, claim.job_id)
             with place.open() as job:
@@ -448,7 +441,7 @@ class Claimer:
 
     def _move_claimed(self, claim: Claim, target: Entry, verb: str) -> None:
         try:
-            self.folder.move(claim.place, target)
+            moves.move_on(claim.place, target, self.folder.durable)
         except FileNotFoundError:
             raise self._lost(claim, verb) from None
         except MoveCollision:

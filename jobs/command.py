@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.errors import InvalidJob
-from jobs.job import JobOptions, JobSpec
+from jobs.job import COMMAND, JobOptions, JobSpec
 from jobs.submit import Call
-
-COMMAND = "forkvisor.command"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 
-from jobs import fate, files, view
+from jobs import fate, files, moves, view
 from jobs.config import TMP_AGE
 from jobs.errors import InvalidJob, JobNotFound, JobsError, MoveCollision
 from jobs.fate import Cause
@@ -157,14 +157,12 @@ def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady, ende
         return _bury(folder, place, job_id, found, now)
     target = ready_name(job_id, spec.priority)
     try:
-        files.move(job_id, target, src_dir_fd=place.dir.fd, dst_dir_fd=folder.at(State.READY).fd)
+        moves.publish(place, folder.at(State.READY) / target, folder.durable)
     except FileNotFoundError:
         return None  # another settler moved it
     except MoveCollision:
         folder.quarantine(place, f"job {job_id} is in ready/ already (a copy?)", now)
         return None
-    if folder.durable:
-        folder.at(State.READY).fsync()
     on_ready(target)
     return State.READY
 
@@ -292,6 +290,4 @@ def _forget_parent(folder: QueueFolder, parent: str) -> None:
 
 def publish_waiting(folder: QueueFolder, staging: Entry, job_id: str) -> None:
     """Publish a staged job into waiting/ (one rename)."""
-    files.move(staging.name, job_id, src_dir_fd=staging.dir.fd, dst_dir_fd=folder.at(State.WAITING).fd)
-    if folder.durable:
-        folder.at(State.WAITING).fsync()
+    moves.publish(staging, folder.at(State.WAITING) / job_id, folder.durable)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import access, config, document, files
+from jobs import access, config, document, files, moves
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.fate import Cause
 from jobs.handles import OPEN_DIR, Dir, Entry
@@ -312,14 +312,6 @@ class QueueFolder:
 
     # -- moving ------------------------------------------------------------
 
-    def move(self, src: Entry, dst: Entry) -> None:
-        """Move a job directory between state folders: one rename, then fsync both."""
-        files.move(src.name, dst.name, src_dir_fd=src.dir.fd, dst_dir_fd=dst.dir.fd)
-        if self.durable:
-            _fsync_parent(dst)
-            if (src.dir.fd, os.path.dirname(src.name)) != (dst.dir.fd, os.path.dirname(dst.name)):
-                _fsync_parent(src)
-
     def make_dir(self, entry: Entry, mode: int | None = None) -> None:
         """Create the folder `entry` with the queue's mode (or `mode`), whatever the umask."""
         mode = self.dir_mode if mode is None else mode
@@ -419,19 +411,19 @@ class QueueFolder:
         Raises FileNotFoundError when the job is gone (someone else moved it).
         """
         with entry.open() as job:
+            self.clear_the_way(job, RESULT_FILE, now)
+            files.unlink_if_there(RESULT_FILE, job.fd)  # a stale owner's result never stands for this job
             self.clear_the_way(job, ERROR_FILE, now)
-            try:
+            try:  # (durable with its name: the folder's fsync makes the unlink above durable too)
                 self.write_json(job / ERROR_FILE, cause.to_json())
             except OSError as exc:
                 if not (even_if_full and exc.errno in FULL):
                     raise
                 log.warning("job %s goes to dead/ without its error.json: %s", job_id, exc.strerror)
-            self.clear_the_way(job, RESULT_FILE, now)
-            files.unlink_if_there(RESULT_FILE, job.fd)  # a stale owner's result never stands for this job
             # Logged before the move, so a kill right after it cannot leave the story without its end.
             self.log_event(job, f"dead: {cause.reason.value}: {cause.message}".rstrip(": "), now)
         target = self.at(State.DEAD) / job_id
-        self.move(entry, target)
+        moves.move_on(entry, target, self.durable)
         log.info("job %s is dead: %s", job_id, cause.message or cause.reason.value)
         return target
 
@@ -449,12 +441,12 @@ class QueueFolder:
         where, name = _name(os.path.dirname(entry.path)), _name(entry.name)
         target = self._quarantine() / f"{where}.{stamp}.{os.urandom(4).hex()}"
         try:
-            files.move(entry.name, target.name, src_dir_fd=entry.dir.fd, dst_dir_fd=target.dir.fd)
+            moves.set_aside(entry, target)
         except FileNotFoundError:
             if not entry.exists():
                 return None  # someone else moved it first
             target = self._quarantine(remake=True) / target.name  # an operator removed quarantine/
-            files.move(entry.name, target.name, src_dir_fd=entry.dir.fd, dst_dir_fd=target.dir.fd)
+            moves.set_aside(entry, target)
         files.checkpoint("quarantine:moved")
         note = f"from: {where}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
         note_file = f"{target.name}.why"  # informative: not worth an fsync per entry
@@ -476,15 +468,6 @@ class QueueFolder:
         except FileExistsError:
             pass
         return self.at(QUARANTINE)
-
-
-def _fsync_parent(entry: Entry) -> None:
-    """Make durable the folder holding `entry` (its handle's folder, or a folder below it)."""
-    head = os.path.dirname(entry.name)
-    if head:
-        files.fsync_dir(head, entry.dir.fd)
-    else:
-        entry.dir.fsync()
 
 
 def _make_parents(folder: Path) -> None:

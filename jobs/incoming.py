@@ -50,21 +50,19 @@ import heapq
 import logging
 import os
 import pwd
-import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from jobs import depends, document, fate, files, keys, view
+from jobs import depends, document, fate, files, keys, moves, view
 from jobs.config import TMP_AGE
 from jobs.errors import InternalError, InvalidJob, JobNotFound, JobsError, MoveCollision, WrongState
 from jobs.fate import Cause
 from jobs.folder import SPEC_FILE, TAKEN, QueueFolder
 from jobs.handles import OPEN_DIR, Dir, Entry
 from jobs.job import (
-    ID_PATTERN,
     LATEST_DUE,
     MAX_SPEC_BYTES,
     JobSpec,
@@ -75,17 +73,14 @@ from jobs.job import (
     scheduled_name,
     spec_json,
 )
+from jobs.submissions import JOB_RE, MAX_MEMBER_FOLDERS, REQUEST_RE, TAKING, find_submission
 
 log = logging.getLogger(__name__)
 
-TAKING = ".taking."
-_JOB_RE = re.compile(rf"^({ID_PATTERN})\.json$")
-_REQUEST_RE = re.compile(rf"^({ID_PATTERN})\.(cancel|retry)$")
 AHEAD = 10.0  # seconds ahead of the file system's clock a member dates a new id (its write must end first)
 MOST_AHEAD = 3600.0  # a submitted id may be dated at most this far after its file's last change
 TAKEN_KEPT = 60.0  # seconds a `taken/ID` outlives its id's time (clocks round; a little slack)
 STALE_TAKING = 60.0  # a take-in left this long was interrupted
-MAX_MEMBER_FOLDERS = 16  # folders of one user's taken from (the first, by name); the rest are set aside
 FOLDER_MODE = 0o2770  # a member's folder: theirs and the owner group's
 SUBMISSION_FILE = "submission.json"  # a refused submission's text, as its member wrote it (in dead/ID/)
 SUBMISSION_MODE = 0o644  # readable by the owner's managers whatever the folder's group bits
@@ -534,9 +529,9 @@ class _Entry:
             return self._finish_interrupted()
         if name.startswith("."):
             return self._drop_abandoned()
-        if (job := _JOB_RE.match(name)) is not None:
+        if (job := JOB_RE.match(name)) is not None:
             return self._take_job(job[1])
-        if (asked := _REQUEST_RE.match(name)) is not None:
+        if (asked := REQUEST_RE.match(name)) is not None:
             return self._take_request(asked[1], asked[2])
         self._quarantine(self.place, "not a submission: a member's folder holds ID.json, ID.cancel and ID.retry")
         return True
@@ -696,15 +691,15 @@ class _Entry:
         if self.now - changed < STALE_TAKING:
             return False
         original = self.name[len(TAKING) :]
-        job = _JOB_RE.match(original) or _REQUEST_RE.match(original)
+        job = JOB_RE.match(original) or REQUEST_RE.match(original)
         if job is None:
             self._quarantine(self.place, "not a submission")
             return True
         found = self.places.locate_or_none(job[1])
-        if _JOB_RE.match(original) is not None and found is not None and found[0] is not State.INCOMING:
+        if JOB_RE.match(original) is not None and found is not None and found[0] is not State.INCOMING:
             files.unlink_if_there(self.name, self.folder_fd)  # taken in already; its manager died before this
             return True
-        if _JOB_RE.match(original) is not None and self._marked_ours(job[1]):
+        if JOB_RE.match(original) is not None and self._marked_ours(job[1]):
             # Its id was checked and marked as its own before the take-in stopped: finish from
             # here (a rename back would renew its change time, and fail the dated check).
             self._take_file(job[1], self.name, self.source.handle.lstat(self.name))
@@ -817,10 +812,10 @@ def _publish(folder: QueueFolder, staging: Entry, job_id: str, checked: _Checked
         actions.publish_waiting(staging, job_id, spec)
     elif due is not None and due > 0:
         target = folder.at(State.SCHEDULED) / scheduled_name(job_id, spec.priority, min(due, LATEST_DUE))
-        folder.move(staging, target)
+        moves.publish(staging, target, folder.durable)
     else:
         target = folder.at(State.READY) / ready_name(job_id, spec.priority)
-        folder.move(staging, target)
+        moves.publish(staging, target, folder.durable)
         actions.on_ready(target.name)
 
 
@@ -888,96 +883,6 @@ def submitted_by(place: Entry) -> int | None:
     return uid if isinstance(uid, int) and not isinstance(uid, bool) else None
 
 
-# -- readers ---------------------------------------------------------------------------------
-
-
-def member_folders(folder: QueueFolder) -> list[Entry]:
-    """The member folders of `incoming/` this process may look into: for the owner (who may
-    list incoming/), each user's first `MAX_MEMBER_FOLDERS` (those a take-in takes from);
-    the caller's own otherwise (members cannot list it)."""
-    incoming = folder.at(State.INCOMING)
-    try:
-        with incoming.scandir() as listed:
-            found = sorted(
-                (entry.name, entry.stat(follow_symlinks=False).st_uid)
-                for entry in listed
-                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False)
-            )
-    except OSError:  # a member: incoming/ may be entered, not listed (opened for search only)
-        uid = os.geteuid()
-        names = [name for name in [str(uid), *(f"{uid}.{n}" for n in range(1, 10))] if incoming.is_dir(name)]
-        return [incoming / name for name in names]
-    per_user: dict[int, int] = {}
-    names = []
-    for name, uid in found:
-        per_user[uid] = per_user.get(uid, 0) + 1
-        if per_user[uid] <= MAX_MEMBER_FOLDERS:
-            names.append(name)
-    return [incoming / name for name in names]
-
-
-def submissions(folder: QueueFolder) -> Iterator[tuple[Entry, str]]:
-    """(place, job id) of every submission not taken in yet that this process may see."""
-    for member in member_folders(folder):
-        try:
-            with member.open() as opened:
-                names = opened.names()
-        except OSError:
-            continue  # not ours to read, or gone
-        for name in sorted(names):
-            job_id = entry_id(name)
-            place = member.dir / f"{member.name}/{name}"
-            if job_id is not None and _is_file(place):
-                yield place, job_id
-
-
-def pending_requests(folder: QueueFolder) -> int:
-    """How many requests (`ID.cancel`, `ID.retry`) wait in the members' folders this process
-    may see (files only: what else bears their names is refused, and may stay where it is)."""
-    found = 0
-    for member in member_folders(folder):
-        try:
-            with member.open() as opened:
-                found += sum(1 for name in opened.names() if _REQUEST_RE.match(name) and _is_file(opened / name))
-        except OSError:
-            continue
-    return found
-
-
-def _is_file(place: Entry) -> bool:
-    try:
-        return stat.S_ISREG(place.lstat().st_mode)
-    except OSError:
-        return False
-
-
-def find_submission(folder: QueueFolder, job_id: str, members: list[Entry] | None = None) -> Entry | None:
-    """Where a submission of `job_id` waits (or is being taken in), if one does; looked for
-    in `members` (default: `member_folders`)."""
-    for member in member_folders(folder) if members is None else members:
-        for name in (f"{job_id}.json", f"{TAKING}{job_id}.json"):
-            place = member.dir / f"{member.name}/{name}"
-            try:
-                if stat.S_ISREG(place.lstat().st_mode):
-                    return place
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
-    return None
-
-
-def entry_id(name: str) -> str | None:
-    """The job id an entry of a member's folder submits (`ID.json`, or one being taken in), or None."""
-    if name.startswith(TAKING):
-        name = name[len(TAKING) :]
-    found = _JOB_RE.match(name)
-    return found[1] if found else None
-
-
-def read_spec(place: Entry, job_id: str) -> JobSpec:
-    """The spec a submission file holds (for readers: `show` of a job not taken in yet)."""
-    return JobSpec.from_json(files.read_limited(place.name, MAX_SPEC_BYTES, place.dir.fd), job_id)
-
-
 def _user(uid: int) -> str:
     try:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
@@ -988,15 +893,9 @@ def _user(uid: int) -> str:
 __all__ = [
     "Actions",
     "Intake",
-    "entry_id",
-    "find_submission",
     "forget_taken",
-    "member_folders",
     "my_folder",
-    "pending_requests",
-    "read_spec",
     "request",
-    "submissions",
     "submit",
     "submitted_by",
 ]

@@ -1,4 +1,4 @@
-"""The job model: states, ids, entry names, the immutable spec, and the view.
+"""The job model: states, ids, entry names and the immutable spec.
 
 A job id is `YYYYMMDD-HHMMSS-ffffff-xxxxxxxx`: the UTC enqueue time to the
 microsecond, then 8 random hex digits. Ids are safe file names and sort in
@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob, InvalidJobId, UnsupportedFormat
@@ -37,8 +36,7 @@ MIN_PRIORITY, MAX_PRIORITY = -100, 100
 LATEST_DUE = LATEST_MOMENT  # 13 digits of milliseconds in scheduled/ names: the year 2286
 MAX_ATTEMPTS = 1_000_000  # past this, a retry policy means "for ever", which is a bug to find, not to run
 MAX_FUNCTION = 500  # characters of a function's name (a module path and a name)
-if TYPE_CHECKING:
-    from jobs.policy import Policy  # which imports this module
+COMMAND = "forkvisor.command"  # the function of a command job (`jobs.command`)
 
 # A moment a calendar has (days past a month's end are carried over by `created_at`): a name
 # with a month 13 or an hour 25 is not a job's, so it is quarantined, not read as a time.
@@ -444,43 +442,3 @@ def _short(value: object) -> str:
     """A value in a message, cut (a member's number may have 4,000 digits)."""
     shown = repr(value)
     return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
-
-
-@dataclass(frozen=True)
-class Run:
-    """One run of a job: its folder and, once harvested, its outcome."""
-
-    number: int
-    path: Path
-    outcome: Mapping[str, Any] | None
-
-    @property
-    def counted(self) -> bool:
-        """False for a run stopped by an operator's shutdown (it used no attempt)."""
-        return not (self.outcome or {}).get("released", False)
-
-
-@dataclass(frozen=True)
-class Job:
-    """A read-only view of one job directory at the moment it was read."""
-
-    id: str
-    state: State
-    path: Path
-    spec: JobSpec
-    attempts: int
-    history: tuple[Run, ...]
-    result: Any = None
-    error: Mapping[str, Any] | None = None
-    owner: str | None = None
-    policy: Policy | None = None  # what its newest run was started under (attempt-N/policy.json)
-    frozen: bool = False  # its newest run is frozen by an operator (`Queue.freeze`), as its folder says
-
-    @property
-    def function(self) -> str:
-        return self.spec.function
-
-    @property
-    def created(self) -> float:
-        """When it was enqueued (epoch seconds): its spec says, else its id does."""
-        return self.spec.created or created_at(self.id)

@@ -87,6 +87,9 @@ def reserve(folder: QueueFolder, key: str, job_id: str, locate: Locate, submitte
                 folder.make_dir(keys / name)
             except FileExistsError:
                 pass  # made meanwhile by another submitter
+            else:
+                if folder.durable:
+                    keys.fsync()  # the key's folder outlives a power cut before its job is acknowledged
     raise JobsError(f"could not take key {key!r} after {_TRIES} tries: other submitters keep taking it")
 
 

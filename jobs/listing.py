@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from jobs import view
 from jobs.folder import QueueFolder
-from jobs.job import Job, State
+from jobs.job import State
+from jobs.job_view import Job
 
 
 def jobs(

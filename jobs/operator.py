@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from jobs import depends, fate, files, keys, view
+from jobs import depends, fate, files, keys, moves, view
 from jobs.errors import InvalidJob, WrongState
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, QueueFolder
 from jobs.job import State, ready_name
@@ -65,7 +65,7 @@ def freeze(folder: QueueFolder, job_id: str, frozen: bool, now: float) -> int:
 
 
 def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str], None]) -> None:
-    """Send a dead job back to `ready/` with a fresh set of attempts."""
+    """`Queue.retry`: its key taken again, its counter reset and its cancel mark dropped before the move."""
     state, place = view.locate(folder, job_id)
     if state is not State.DEAD:
         raise WrongState(f"cannot retry job {job_id}: it is {state.value}, and only dead jobs can be retried")
@@ -91,16 +91,16 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
             folder.log_event(job, "ready: retried by an operator, attempts reset", now)
     if spec.depends_on:  # it waits for its dependencies again (one may have been retried too)
         depends.write_edges(folder, job_id, spec.depends_on)
-        folder.move(place, folder.at(State.WAITING) / job_id)
+        moves.move_on(place, folder.at(State.WAITING) / job_id, folder.durable)
         depends.settle(folder, job_id, now, on_ready)
         return
     target = folder.at(State.READY) / ready_name(job_id, spec.priority)
-    folder.move(place, target)
+    moves.move_on(place, target, folder.durable)
     on_ready(target.name)
 
 
 def request_drain(folder: QueueFolder, now: float) -> None:
-    """Ask every manager of the queue to drain: a new `drain` file in the queue folder."""
+    """`Queue.request_drain`: a new `drain` file each time."""
     # Renamed into place each time, so that watching managers see a change of file.
     data = f"drain requested at {now}\n".encode()
     files.replace_file(DRAIN_FILE, data, durable=False, mode=folder.file_mode, dir_fd=folder.root.fd)

@@ -26,12 +26,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.command import COMMAND
 from jobs.config import BUILT_IN
 from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob
 from jobs.folder import indented_json
-from jobs.job import POLICY_FIELDS, JobOptions, JobSpec
+from jobs.job import COMMAND, POLICY_FIELDS, JobOptions, JobSpec
 from jobs.registry import Registered, Registry
 from jobs.retry import Described, WaitStrategy, as_backoff, describe, retry_delay
 

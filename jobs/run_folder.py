@@ -23,9 +23,8 @@ import os
 from typing import Any, TypeGuard
 
 from jobs import document, files
-from jobs.claim import Claim
 from jobs.errors import InvalidJob
-from jobs.handles import open_below
+from jobs.handles import Entry, open_below
 from jobs.output import OUTPUT_FILES as OUTPUT_FILES  # the child opens them here
 from jobs.units import LATEST_MOMENT
 
@@ -40,10 +39,10 @@ _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def open_run(claim: Claim) -> int:
-    """The descriptor of the claim's run folder; FileNotFoundError if it is gone (the claim
-    was taken back). The caller closes it."""
-    return open_below(claim.place.dir.fd, f"{claim.place.name}/attempt-{claim.run}")
+def open_run(place: Entry, run: int) -> int:
+    """The descriptor of run `run`'s folder in the job at `place` (a claim's); FileNotFoundError
+    if it is gone (the claim was taken back). The caller closes it."""
+    return open_below(place.dir.fd, f"{place.name}/attempt-{run}")
 
 
 # -- the child's side ---------------------------------------------------------------
@@ -63,9 +62,13 @@ def write_pid(run: int, mode: int, pid: int | None = None) -> None:
 
 
 def write_result(run: int, data: bytes, durable: bool, mode: int) -> None:
-    """Write `result.json`; on failure (a full disk) none is left: a torn result never completes a job."""
+    """Write `result.json`; on failure (a full disk) none is left: a torn result never completes a job.
+    Durable: its data and its name in the run folder (the manager makes the job folder's link
+    to it durable before the job moves to `done/`)."""
     try:
         files.write_new(RESULT_FILE, data, durable=durable, mode=mode, dir_fd=run)
+        if durable:
+            os.fsync(run)
     except OSError:
         files.unlink_if_there(RESULT_FILE, run)
         raise

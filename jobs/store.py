@@ -19,7 +19,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from jobs import depends, files, incoming, listing, operator, run_folder, stats, sweep, timetable, view, waiting
+from jobs import (
+    depends,
+    files,
+    incoming,
+    listing,
+    operator,
+    run_folder,
+    stats,
+    submissions,
+    sweep,
+    timetable,
+    view,
+    waiting,
+)
 from jobs import pause as pause_file
 from jobs.claim import Claim, Claimer, ClaimState
 from jobs.command import command_call
@@ -39,7 +52,6 @@ from jobs.folder import (
 from jobs.handles import Entry
 from jobs.index import ReadyIndex
 from jobs.job import (
-    Job,
     JobOptions,
     State,
     check_job_id,
@@ -47,6 +59,7 @@ from jobs.job import (
     parse_scheduled_name,
     scheduled_name,
 )
+from jobs.job_view import Job
 from jobs.lease import Liveness, Owner
 from jobs.pause import NOT_PAUSED, Paused
 from jobs.planner import Planner
@@ -217,8 +230,11 @@ class Queue:
     def return_unheld(
         self, owner: str, held: set[str], now: float | None = None, functions: Functions | None = None
     ) -> int:
-        """Return the jobs in `claimed/OWNER/` that the owner holds no run of; how many moved."""
-        return self._claimer.return_unheld(owner, held, _now(now), functions)
+        """Return the jobs in `claimed/OWNER/` that the owner holds no run of (an error struck
+        between their claim and their fork); how many moved."""
+        cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
+        owner_dir = self.folder.at(State.CLAIMED) / owner
+        return sweep.return_unheld(self.folder, owner_dir, held, cause, _now(now), self._index.add, functions)
 
     def claim(
         self, owner: str, now: float | None = None, functions: Functions | None = None, paused: Paused = NOT_PAUSED
@@ -315,11 +331,11 @@ class Queue:
 
     def member_folders(self) -> list[Path]:
         """The members' submission folders of `incoming/` this process may look into (to watch)."""
-        return [Path(place.path) for place in incoming.member_folders(self.folder)]
+        return [Path(place.path) for place in submissions.member_folders(self.folder)]
 
     def pending_requests(self) -> int:
         """How many members' requests (cancel, retry) wait to be taken in."""
-        return incoming.pending_requests(self.folder)
+        return submissions.pending_requests(self.folder)
 
     @property
     def more_to_take_in(self) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import depends, files, incoming, keys, view
+from jobs import depends, files, incoming, keys, moves, view
 from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
@@ -71,7 +71,7 @@ class Publisher:
         self._locate = functools.partial(view.locate, folder)  # where a key's job is
 
     def submit(self, call: Call, now: float) -> str:
-        """Publish one job; once this returns, the job is on disk (and durable when asked)."""
+        """`Queue.submit`: built and checked, staged under `tmp/`, its key taken, then published."""
         job = self._build(call, now)
         if job.depends_on:  # a typo would wait for ever
             depends.check_parents(self._folder, job.id, job.depends_on)
@@ -140,7 +140,7 @@ class Publisher:
         return held
 
     def submit_many(self, calls: Iterable[Call], now: float) -> list[str]:
-        """Publish a batch with one durability barrier; return the ids in order.
+        """`Queue.enqueue_many`: every spec checked first, then staged and published with one barrier.
 
         Every spec is checked before anything is written. Publishing is not atomic
         as a whole: if it fails part way, the jobs already published stay published.
@@ -249,9 +249,7 @@ class Publisher:
             parent, name = self._folder.at(State.READY), ready_name(job.id, job.priority)
         else:
             parent, name = self._folder.at(State.SCHEDULED), scheduled_name(job.id, job.priority, job.due)
-        files.move(staging.name, name, src_dir_fd=staging.dir.fd, dst_dir_fd=parent.fd)
-        if sync:
-            parent.fsync()
+        moves.publish(staging, parent / name, sync)
         if job.due is None:
             self._on_ready(name)
 

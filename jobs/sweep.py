@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import depends, fate, files, ticks, view
+from jobs import depends, fate, files, moves, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import (
     EVENTS_FILE,
@@ -175,7 +175,7 @@ def _reap(
         return 0, 0  # no run may overlap its retry on this host: the next sweep tries again
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
-        files.move(name, fenced.name, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
+        moves.fence(claimed / name, fenced)
     except (FileNotFoundError, MoveCollision):
         return 0, 0  # another sweeper is reaping it
     files.checkpoint("reap:fenced")
@@ -302,7 +302,7 @@ class _Reverter:
         else:
             priority = 0 if spec is None else spec.priority
             target = folder.at(State.READY) / ready_name(job_id, priority)
-            folder.move(place, target)
+            moves.move_on(place, target, folder.durable)
             self.on_ready(target.name)
 
     def _attempt_limit(self, job: Dir, spec: JobSpec) -> int:
@@ -355,7 +355,7 @@ def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[
     job_id, priority, _ = parsed
     target = folder.at(State.READY) / ready_name(job_id, priority)
     try:
-        folder.move(place, target)
+        moves.move_on(place, target, folder.durable)
     except FileNotFoundError:
         return False  # promoted by someone else, or never there
     except MoveCollision:
@@ -425,7 +425,7 @@ def purge(
         # block that only deleting can free: free the job's own output first (it is going anyway).
         _when_full_free_first(place, functools.partial(_record_purge, folder, job_id, state.value, now))
         try:
-            _when_full_free_first(place, functools.partial(folder.move, place, doomed))
+            _when_full_free_first(place, functools.partial(moves.move_on, place, doomed, folder.durable))
         except FileNotFoundError:
             continue
         files.remove_quietly(doomed.name, budget, doomed.dir.fd)

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from jobs import files, schedules
+from jobs import files, moves, schedules
 from jobs.errors import InvalidJob, JobsError
 from jobs.folder import TICKS, QueueFolder
 from jobs.handles import Dir
@@ -174,11 +174,9 @@ def publish_abandoned(folder: QueueFolder, name: str, now: float, on_ready: Call
         return False
     target = ready_name(name, spec.priority)
     try:
-        files.move(name, target, src_dir_fd=folder.tmp.fd, dst_dir_fd=folder.at(State.READY).fd)
+        moves.publish(folder.tmp / name, folder.at(State.READY) / target, folder.durable)
     except FileNotFoundError:
         return True  # its firer published it meanwhile
-    if folder.durable:
-        folder.at(State.READY).fsync()
     log.warning("schedule %s: published the job %s of tick %s, which its firer left in tmp/", schedule, name, iso(tick))
     on_ready(target)
     return True

@@ -18,16 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import document, files, incoming
+from jobs import document, files, submissions
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, frozen_run
 from jobs.handles import Dir, Entry
 from jobs.job import (
     MAX_PRIORITY,
     MIN_PRIORITY,
-    Job,
     JobSpec,
-    Run,
     State,
     check_job_id,
     is_job_id,
@@ -35,6 +33,7 @@ from jobs.job import (
     parse_scheduled_name,
     ready_name,
 )
+from jobs.job_view import Job, Run
 from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, REAPING_PREFIX, SKIPPED_FILES, Liveness, Owner
 from jobs.policy import POLICY_FILE, Policy, registration_from, resolve
 
@@ -51,7 +50,7 @@ def job_id_of(state: State, name: str) -> str | None:
         scheduled = parse_scheduled_name(name)
         return scheduled[0] if scheduled else None
     if state is State.INCOMING:
-        return incoming.entry_id(name)
+        return submissions.entry_id(name)
     return name if is_job_id(name) else None
 
 
@@ -68,7 +67,7 @@ def entries(folder: QueueFolder, state: State) -> Iterator[tuple[Entry, str]]:
     """(place, job id) of every well-formed job directory in one state (and of every
     submission this process may see, for INCOMING)."""
     if state is State.INCOMING:
-        yield from incoming.submissions(folder)
+        yield from submissions.submissions(folder)
         return
     if state is not State.CLAIMED:
         yield from entries_in(folder.at(state), state)
@@ -206,8 +205,8 @@ class Places:
         if found is not None:
             return found
         if self._members is None:
-            self._members = incoming.member_folders(self.folder)  # listed once: look-ups that fail cost no listing
-        submission = incoming.find_submission(self.folder, job_id, self._members)  # last: a published place wins
+            self._members = submissions.member_folders(self.folder)  # listed once: look-ups that fail cost no listing
+        submission = submissions.find_submission(self.folder, job_id, self._members)  # last: a published place wins
         return None if submission is None else (State.INCOMING, submission)
 
     def moved(self) -> None:
@@ -290,7 +289,7 @@ def _read_open_job(folder: QueueFolder, state: State, place: Entry, job: Dir, jo
 def _submission(place: Entry, job_id: str) -> Job:
     """The view of a member's submission not taken in yet: its spec, nothing run."""
     try:
-        spec = incoming.read_spec(place, job_id)
+        spec = submissions.read_spec(place, job_id)
     except (InvalidJob, OSError):
         spec = JobSpec(id=job_id, function="?")
     return Job(id=job_id, state=State.INCOMING, path=Path(place.path), spec=spec, attempts=0, history=())
@@ -377,7 +376,7 @@ def count(folder: QueueFolder) -> dict[str, int]:
     """Number of jobs in each state, by state name."""
     counts = {state.value: _count_subdirs(folder.at(state)) for state in State if state is not State.CLAIMED}
     counts[State.CLAIMED.value] = _count_claimed(folder)
-    counts[State.INCOMING.value] = sum(1 for _ in incoming.submissions(folder))
+    counts[State.INCOMING.value] = sum(1 for _ in submissions.submissions(folder))
     return {state.value: counts[state.value] for state in State}
 
 

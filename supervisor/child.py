@@ -120,7 +120,7 @@ def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroups: Cgr
     # Plain strings and descriptors, not objects, from here: every object a child makes costs
     # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     try:
-        run = run_folder.open_run(claim)
+        run = run_folder.open_run(claim.place, claim.run)
         _redirect_output(run, file_mode)
     except FileNotFoundError:
         return None

@@ -50,7 +50,7 @@ def _compacted(running: Running, run: int | None) -> dict[str, int]:
 def _open_run(claim: Claim) -> int | None:
     """The run's folder's descriptor; None if it is gone (claim lost)."""
     try:
-        return run_folder.open_run(claim)
+        return run_folder.open_run(claim.place, claim.run)
     except OSError:
         return None
 

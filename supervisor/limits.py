@@ -49,7 +49,7 @@ def _over_memory(running: Running, limit: int) -> bool:
 def bound_output(running: Running) -> None:
     """Punch out what the job's stdout and stderr hold past its output limit."""
     try:
-        run = run_folder.open_run(running.claim)
+        run = run_folder.open_run(running.claim.place, running.claim.run)
     except OSError:
         return  # its claim was taken back: nothing of it is ours to bound
     try:

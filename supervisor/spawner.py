@@ -66,7 +66,7 @@ class Spawner:
         only where `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a
         sweeper took the claim back); OSError if the host cannot spawn."""
         try:
-            run = run_folder.open_run(claim)
+            run = run_folder.open_run(claim.place, claim.run)
         except FileNotFoundError:
             raise RunGone(claim.job_id) from None
         opened: list[int] = []  # stdin, stdout, stderr

@@ -92,3 +92,121 @@ def test_only_the_forking_module_forks(source: Path) -> None:
 def test_there_is_something_to_check() -> None:
     assert len(_sources("jobs")) >= 8
     assert any(path.parent.name == "cli" for path in _sources("supervisor")), "the CLI is checked too"
+
+
+def _module_name(source: Path) -> str:
+    parts = source.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports_within(source: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `source` imports anywhere: at its top, under TYPE_CHECKING,
+    inside a function (an import put off to dodge a circle is still an arrow)."""
+    name = _module_name(source)
+    package = name if source.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            for alias in node.names:
+                if f"{module}.{alias.name}" in known:
+                    found.add(f"{module}.{alias.name}")
+                elif module in known:
+                    found.add(module)
+    return found - {name, name.split(".")[0]}  # a package's own exports are no arrow back
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's, iterative enough here)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            part = []
+            while (top := stack.pop()) != module:
+                part.append(top)
+            if part:
+                found.append(sorted([module, *part]))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+@pytest.mark.parametrize("package", ["jobs", "supervisor"])
+def test_no_module_imports_itself_round_a_circle(package: str) -> None:
+    sources = _sources(package)
+    known = {_module_name(source) for source in sources}
+    graph = {_module_name(source): _imports_within(source, known) for source in sources}
+    assert sum(len(targets) for targets in graph.values()) > len(sources), "the imports were not found"
+    assert _circles(graph) == [], f"modules of {package} that import each other, through others or not"
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+RENAMES = {("files", "move"), ("os", "rename"), ("os", "replace"), ("os", "renames"), ("shutil", "move")}
+# Modules that rename files, never a job's folder, and how many renames each makes: a new
+# one there is looked at (a job folder's move belongs in jobs/moves.py).
+FILE_RENAMES = {
+    "files.py": 2,  # the primitive (`move`) and an atomic file replace (`replace_file`)
+    "incoming.py": 7,  # a member's submission files, inside their folder
+    "stats.py": 1,  # a gone manager's counters file, adopted
+    "claim.py": 1,  # result.json's link, inside the job folder
+    "output.py": 1,  # a run's output file, compacted
+}
+
+
+def _renames(tree: ast.AST) -> int:
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr) in RENAMES
+    )
+
+
+def test_only_the_moves_module_renames_a_job_folder() -> None:
+    found = {source.name: count for source in _sources("jobs") if (count := _renames(ast.parse(source.read_text())))}
+    assert found.pop("moves.py", 0) >= 1, "jobs/moves.py renames through files.move"
+    assert found == FILE_RENAMES, "a rename outside jobs/moves.py: a job folder's move belongs there"
+    elsewhere = {_relative(source) for source in _sources("supervisor") if _renames(ast.parse(source.read_text()))}
+    assert elsewhere == {"supervisor/metrics.py"}, "only the metrics textfile is renamed (into place) by supervisor/"
+
+
+def test_a_queue_method_s_docstring_is_written_once() -> None:
+    """`Queue` is the user's API and says what each method does; the modules it calls into
+    say how, never the same words again."""
+    queue_docs: set[str] = set()
+    elsewhere: dict[str, str] = {}
+    for source in _sources("jobs"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == "Queue":
+                queue_docs |= {doc.strip() for item in node.body if (doc := _docstring(item))}
+            elif isinstance(node, ast.FunctionDef) and source.name != "store.py" and (doc := ast.get_docstring(node)):
+                elsewhere[doc.strip()] = f"{source.name}:{node.lineno}"
+    assert len(queue_docs) > 40, "Queue's docstrings were not found"
+    copied = sorted(elsewhere[doc] for doc in queue_docs & elsewhere.keys())
+    assert copied == [], f"docstrings copied from Queue: {copied}"
+
+
+def _docstring(node: ast.AST) -> str | None:
+    return ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None

@@ -533,7 +533,7 @@ def test_a_jobs_own_files_never_stop_a_reader_nor_leak_into_its_output(
     with example(base) as ex:
         queue = ex.queue
         run = planted_run(ex, run_files)
-        opened = run_folder.open_run(run.claim)
+        opened = run_folder.open_run(run.claim.place, run.claim.run)
         try:
             check_error(timed("run_folder.read_error", partial(run_folder.read_error, opened)))
             timed("run_folder.tail", partial(run_folder.tail, opened, "stderr", 4096))
