@@ -52,7 +52,7 @@ __forkvisor__ = True  # marks this package as forkvisor's: a user's jobs.py on t
 
 from jobs import output, run_folder
 from jobs.access import owner_group_members
-from jobs.claim import Claim, ClaimState
+from jobs.claim import Claim, ClaimState, Finished, Retry
 from jobs.command import Command, command_call
 from jobs.config import BUILT_IN as _BUILT_IN
 from jobs.config import SETTINGS as QUEUE_SETTINGS
@@ -70,6 +70,7 @@ from jobs.errors import (
     JobFailed,
     JobNotFound,
     JobsError,
+    KeyTaken,
     MoveCollision,
     NotFinished,
     QueueError,
@@ -81,11 +82,10 @@ from jobs.errors import (
     WrongState,
     storage_error,
 )
-from jobs.fate import Cause, Reason
+from jobs.fate import CANCELLED, DRAIN, Cause, Reason, RunEnd, Verdict
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE
 from jobs.job import COMMAND, JobOptions, JobSpec, State, is_job_id, new_job_id
 from jobs.job_view import Job, Run
-from jobs.keys import KeyTaken
 from jobs.lease import Liveness, Owner, is_owner_name, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.planner import Planner
@@ -104,10 +104,12 @@ from jobs.view import OwnerFolder
 QUEUE_DEFAULTS = MappingProxyType(_BUILT_IN)  # every queue setting's value where queue.json sets none
 
 __all__ = [
+    "CANCELLED",
     "CANCEL_FILE",
     "COMMAND",
     "DEFAULT_BACKOFF",
     "DEFAULT_MISSED",
+    "DRAIN",
     "DRAIN_FILE",
     "DURATION_BUCKETS",
     "FREEZE_FILE",
@@ -130,6 +132,7 @@ __all__ = [
     "ClaimState",
     "Command",
     "Current",
+    "Finished",
     "Functions",
     "InternalError",
     "InvalidJob",
@@ -156,7 +159,9 @@ __all__ = [
     "Reason",
     "Registered",
     "Registry",
+    "Retry",
     "Run",
+    "RunEnd",
     "Schedule",
     "ScheduleInfo",
     "Source",
@@ -168,6 +173,7 @@ __all__ = [
     "Timing",
     "UnknownCallable",
     "UnsupportedFormat",
+    "Verdict",
     "WaitTimeout",
     "WrongState",
     "check_setting",

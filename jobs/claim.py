@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from jobs import depends, fate, files, moves, view
 from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
-from jobs.fate import Cause
+from jobs.fate import Cause, RunEnd, Verdict
 from jobs.folder import (
     OUTCOME_FILE,
     RESULT_FILE,
@@ -75,6 +75,22 @@ class Claim:
     @property
     def run_path(self) -> Path:
         return self.path / f"attempt-{self.run}"
+
+
+class Retry(NamedTuple):
+    """A scheduled retry, by the name `fail` gave it: its manager promotes it when due."""
+
+    due: float
+    job_id: str
+    priority: int
+
+
+class Finished(NamedTuple):
+    """Where a finished run's job went, and why (`Queue.finish`)."""
+
+    state: State
+    verdict: Verdict
+    retry: Retry | None = None  # a retry in scheduled/
 
 
 class Claimer:
@@ -237,7 +253,7 @@ class Claimer:
             if paused.covers(spec.function):
                 self._give_back(place, name, None)  # until resumed (see `pause`)
                 return None
-            if spec.depends_on and (found := depends.verdict(self.folder, spec)) != depends.RUN:
+            if spec.depends_on and (found := depends.verdict(self.folder, spec)) is not depends.RUN:
                 self._not_yet(place, job_id, spec, found, now)  # written into ready/ by hand, say
                 return None
             try:
@@ -264,7 +280,7 @@ class Claimer:
             self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
         return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place)
 
-    def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: str | Cause, now: float) -> None:
+    def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: depends.Readiness | Cause, now: float) -> None:
         """A job that depends on unfinished jobs waits for them; one whose dependency is dead is buried."""
         if isinstance(found, Cause):
             self._bury(place, job_id, found, now)
@@ -312,58 +328,89 @@ class Claimer:
                 return ClaimState(False, False, False)
             raise
 
+    def finish(self, claim: Claim, end: RunEnd, now: float) -> Finished:
+        """`Queue.finish`: the job folder opened once; the outcome written, then the move
+        its verdict and `fate` choose."""
+        verdict = end.verdict
+        with self._open(claim, "record the outcome of") as job:
+            self._write_outcome(job, claim, end.record(), now)
+            if verdict is Verdict.DONE:
+                self._complete(job, claim, now)
+                return Finished(State.DONE, verdict)
+            if verdict is Verdict.RELEASED:
+                return Finished(self._release(job, claim, now, "released by the manager's shutdown"), verdict)
+            delay = claim.policy.delay(claim.attempt)
+            state = self._fail(job, claim, end.error, now, delay, end.permanent)
+        retry = Retry(now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None
+        return Finished(state, verdict, retry)
+
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
         """`Queue.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
-        with self._open(claim, "record the outcome of") as job, self._run_folder(job, claim, now) as run:
-            self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
-            self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
+        with self._open(claim, "record the outcome of") as job:
+            self._write_outcome(job, claim, outcome, now)
 
     def complete(self, claim: Claim, now: float) -> None:
         """`Queue.complete`: the result linked, the event logged and the folder made durable, then the move."""
         with self._open(claim, "complete") as job:
-            self._link_result(job, claim, now)
-            files.checkpoint("complete:result-linked")
-            # Logged first: a kill right after the move must not leave the story without its end.
-            self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
-            if self.folder.durable:  # its result's link and its run folder, on disk before the move that ends it
-                job.fsync()
-        self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
+            self._complete(job, claim, now)
 
     def fail(self, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool) -> State:
-        """Record a failed attempt: schedule a retry after `delay`, or bury the job in
-        `dead/` once its attempts are used up, at once when `permanent` or cancelled."""
+        """`Queue.fail`: `fate` decides between a retry and `dead/`."""
+        with self._open(claim, "fail") as job:
+            return self._fail(job, claim, error, now, delay, permanent)
+
+    def release(self, claim: Claim, now: float, reason: str) -> None:
+        """`Queue.release`: `fate` decides; the counter goes back one before the move."""
+        with self._open(claim, "release") as job:
+            self._release(job, claim, now, reason)
+
+    def _write_outcome(self, job: Dir, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
+        with self._run_folder(job, claim, now) as run:
+            self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
+            self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
+
+    def _complete(self, job: Dir, claim: Claim, now: float) -> None:
+        self._link_result(job, claim, now)
+        files.checkpoint("complete:result-linked")
+        # Logged first: a kill right after the move must not leave the story without its end.
+        self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
+        if self.folder.durable:  # its result's link and its run folder, on disk before the move that ends it
+            job.fsync()
+        self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
+
+    def _fail(
+        self, job: Dir, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool
+    ) -> State:
         limit = claim.policy.max_attempts
-        dead = fate.after_failure(self._cancel_requested(claim), claim.attempt, limit, claim.run, error, permanent)
+        dead = fate.after_failure(cancel_requested(job), claim.attempt, limit, claim.run, error, permanent)
         if dead is not None:
             self._bury(claim.place, claim.job_id, dead, now, claim)
             return State.DEAD
         due = now + max(0.0, delay)
         state, target = self._waiting_place(claim.spec, due, now)
         what = "ready" if state is State.READY else f"retry in {delay:.1f}s"
-        with self._open(claim, "fail") as job:
-            # Logged before the move: once in ready/, another manager may claim the job at once.
-            self.folder.log_event(job, f"failed: attempt {claim.attempt}/{limit}, {what}", now)
+        # Logged before the move: once in ready/, another manager may claim the job at once.
+        self.folder.log_event(job, f"failed: attempt {claim.attempt}/{limit}, {what}", now)
         self._move_claimed(claim, target, "fail")
         if state is State.READY:
             self._index.add(target.name)
         return state
 
-    def release(self, claim: Claim, now: float, reason: str) -> None:
-        """`Queue.release`: `fate` decides; the counter goes back one before the move."""
-        dead = fate.after_release(self._cancel_requested(claim))
+    def _release(self, job: Dir, claim: Claim, now: float, reason: str) -> State:
+        dead = fate.after_release(cancel_requested(job))
         if dead is not None:
             self._bury(claim.place, claim.job_id, dead, now, claim)
-            return
-        with self._open(claim, "release") as job:
-            try:
-                self.folder.write_counter_at(claim.place, max(0, claim.attempt - 1), job)
-            except FileNotFoundError:
-                raise self._lost(claim, "release") from None
-            files.checkpoint("release:uncounted")
-            self.folder.log_event(job, f"{reason}: run {claim.run} stopped, attempt not counted", now)
+            return State.DEAD
+        try:
+            self.folder.write_counter_at(claim.place, max(0, claim.attempt - 1), job)
+        except FileNotFoundError:
+            raise self._lost(claim, "release") from None
+        files.checkpoint("release:uncounted")
+        self.folder.log_event(job, f"{reason}: run {claim.run} stopped, attempt not counted", now)
         target = self.folder.at(State.READY) / ready_name(claim.job_id, claim.spec.priority)
         self._move_claimed(claim, target, "release")
         self._index.add(target.name)
+        return State.READY
 
     def note_lost(self, claim: Claim, how: str, now: float) -> None:
         """`Queue.note_lost`: found wherever it went; its run gets a lost outcome if it has none."""
@@ -379,13 +426,6 @@ class Claimer:
                         self.folder.write_json(run / OUTCOME_FILE, lost)
         except (JobsError, OSError):
             return
-
-    def _cancel_requested(self, claim: Claim) -> bool:
-        try:
-            with claim.place.open() as job:
-                return cancel_requested(job)
-        except FileNotFoundError:
-            return False  # lost: the caller's next step says so
 
     def _open(self, claim: Claim, verb: str) -> Dir:
         """The claimed job's folder, opened; ClaimLost if it is no longer where the claim put it."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
+from enum import Enum
 
 from jobs import fate, files, moves, view
 from jobs.config import TMP_AGE
@@ -32,7 +33,16 @@ from jobs.job import JobSpec, State, is_job_id, ready_name
 
 log = logging.getLogger(__name__)
 OnReady = Callable[[str], None]
-RUN, WAIT = "run", "wait"
+
+
+class Readiness(Enum):
+    """What a waiting job's parents allow (or a `Cause` to bury it with: `verdict`)."""
+
+    RUN = "run"  # every parent is done (or, with allow_failure, ended)
+    WAIT = "wait"  # one has not ended
+
+
+RUN, WAIT = Readiness.RUN, Readiness.WAIT
 _TRIES = 100
 
 
@@ -59,7 +69,7 @@ def parent_state(folder: QueueFolder, job_id: str) -> State | None:
     return ended_state(folder, job_id) or _located(folder, job_id)  # the cheap look first
 
 
-def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> str | Cause:
+def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> Readiness | Cause:
     """RUN if every parent is done (or, with allow_failure, ended); WAIT while one is not;
     the cause to bury the job with if one is dead. A parent found nowhere was purged
     after it ended: it counts as done.
@@ -81,7 +91,7 @@ def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> str
     return RUN
 
 
-def _every_parent(folder: QueueFolder, spec: JobSpec) -> str | Cause:
+def _every_parent(folder: QueueFolder, spec: JobSpec) -> Readiness | Cause:
     """`verdict` when no parent's end asked: every parent looked for in done/ and dead/ (a
     dead one is found whatever its place), the others located until one is found live."""
     unended = []
@@ -145,13 +155,13 @@ def settle(folder: QueueFolder, job_id: str, now: float, on_ready: OnReady, ende
         with place.open() as job:
             spec = folder.read_spec(job, job_id)
             found = verdict(folder, spec, ended)
-            if found == RUN:  # logged before the move: once in ready/, a manager may claim it at once
+            if found is RUN:  # logged before the move: once in ready/, a manager may claim it at once
                 folder.log_event(job, "ready: the jobs it depends on are done", now)
     except FileNotFoundError:
         return None  # not waiting: another settler moved it
     except InvalidJob as exc:
         return _bury(folder, place, job_id, fate.invalid(str(exc)), now)
-    if found == WAIT:
+    if found is WAIT:
         return None
     if isinstance(found, Cause):
         return _bury(folder, place, job_id, found, now)

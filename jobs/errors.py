@@ -97,6 +97,15 @@ class WrongState(JobsError):
     """The job is not in a state that allows the asked-for transition."""
 
 
+class KeyTaken(WrongState):
+    """A live job holds the key (`if_key_taken="raise"`); `.job_id` is that job."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(f"key {key!r} is held by job {job_id}, which is not finished")
+        self.key = key
+        self.job_id = job_id
+
+
 class JobFailed(JobsError):
     """The job ended in `dead/`: `error` is its last cause (as in its `error.json`)."""
 

@@ -1,5 +1,8 @@
-"""Where a job goes next: the one place that decides whether it is buried in `dead/`.
+"""Where a job goes next: the one place that decides what a run's end means and whether
+the job is buried in `dead/`.
 
+A run's end, as its manager decoded it once (`RunEnd`), has one `verdict`: done,
+released (a drain stopped it, with no result: its attempt is not counted) or failed.
 Four moments move a job on, and each asks here first:
 
     before_run   a claim is about to start a run (counted before the fork)
@@ -50,6 +53,48 @@ class Cause:
         if self.run is not None:
             document["run"] = self.run
         return document | {key: value for key, value in self.error.items() if key not in document}
+
+
+class Verdict(Enum):
+    """What a run's end means for its job."""
+
+    DONE = "done"  # it succeeded: to done/, with its result
+    RELEASED = "released"  # a drain stopped it before it returned: back to ready/, its attempt not counted
+    FAILED = "failed"  # a failed attempt: a retry, or dead (`after_failure`)
+
+
+DRAIN = "drain"  # the stop of a run by its manager's drain (`RunEnd.stop`)
+CANCELLED = "cancelled"  # by an operator's cancel
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended, decoded once by its manager from the child's exit and its run folder."""
+
+    exited_ok: bool  # its first process exited 0
+    stop: str | None  # why its manager stopped it: "timeout", "memory", "cancelled", "drain"; None: it ended by itself
+    has_result: bool  # its run folder holds a result (a job a drain stopped may have returned first)
+    cannot_complete: bool  # it said it can never be completed (CannotComplete)
+    error: Mapping[str, Any]  # why it failed, for error.json (empty when it succeeded)
+    outcome: Mapping[str, Any]  # its outcome.json, but for "released" and "succeeded": the verdict's
+
+    @property
+    def verdict(self) -> Verdict:
+        """Done only if it exited 0 and nobody stopped it, or a drain stopped it after it
+        returned; a run stopped for a limit or a cancel failed, whatever its exit status."""
+        if self.exited_ok and (self.stop is None or (self.stop == DRAIN and self.has_result)):
+            return Verdict.DONE
+        return Verdict.RELEASED if self.stop == DRAIN else Verdict.FAILED
+
+    @property
+    def permanent(self) -> bool:
+        """A failure no retry can mend: the job said so, or an operator cancelled it."""
+        return self.cannot_complete or self.stop == CANCELLED
+
+    def record(self) -> dict[str, Any]:
+        """Its `outcome.json`, with the verdict's fields."""
+        verdict = self.verdict
+        return {**self.outcome, "released": verdict is Verdict.RELEASED, "succeeded": verdict is Verdict.DONE}
 
 
 def invalid(message: str) -> Cause:

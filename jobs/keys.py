@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 
 from jobs import files
-from jobs.errors import JobNotFound, JobsError, WrongState
+from jobs.errors import JobNotFound, JobsError
 from jobs.folder import KEYS, QueueFolder
 from jobs.handles import Dir, Entry
 from jobs.job import State, check_key, is_job_id
@@ -40,15 +40,6 @@ _TRIES = 100
 _LONGEST = 200  # characters of a key's folder name
 LIVE = (State.INCOMING, State.READY, State.SCHEDULED, State.WAITING, State.CLAIMED)
 Locate = Callable[[str], tuple[State, Entry]]  # `view.locate` for one folder: JobNotFound if nowhere
-
-
-class KeyTaken(WrongState):
-    """A live job holds the key (`if_key_taken="raise"`); `.job_id` is that job."""
-
-    def __init__(self, key: str, job_id: str) -> None:
-        super().__init__(f"key {key!r} is held by job {job_id}, which is not finished")
-        self.key = key
-        self.job_id = job_id
 
 
 def folder_name(key: str, submitter: int | None = None) -> str:

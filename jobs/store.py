@@ -34,7 +34,7 @@ from jobs import (
     waiting,
 )
 from jobs import pause as pause_file
-from jobs.claim import Claim, Claimer, ClaimState
+from jobs.claim import Claim, Claimer, ClaimState, Finished
 from jobs.command import command_call
 from jobs.config import TMP_AGE
 from jobs.errors import (
@@ -44,6 +44,7 @@ from jobs.errors import (
     NotFinished,
     QueueReplaced,
 )
+from jobs.fate import RunEnd
 from jobs.folder import (
     EVENTS_FILE,
     QueueFolder,
@@ -253,6 +254,14 @@ class Queue:
         cancelled it or froze its run; OSError when it cannot be looked at now (not the
         same as gone)."""
         return self._claimer.state(claim)
+
+    def finish(self, claim: Claim, end: RunEnd, now: float | None = None) -> Finished:
+        """Finish a run from how it ended: write its `outcome.json`, then move its job on as
+        the end's verdict says (done; back to ready/ if a drain stopped it before it returned;
+        a retry after the policy's backoff; dead once its attempts are used, at once when
+        the failure is permanent or an operator cancelled it). Where the job went, and for a
+        retry in scheduled/ its name's parts (its manager may promote it by name)."""
+        return self._claimer.finish(claim, end, _now(now))
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float | None = None) -> None:
         """Write how the run ended into its folder (exit status, rusage, error...)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import depends, files, incoming, keys, moves, view
-from jobs.errors import ArgumentNotSerializable, InvalidJob, storage_error
+from jobs.errors import ArgumentNotSerializable, InvalidJob, KeyTaken, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
 from jobs.job import (
@@ -257,7 +257,7 @@ class Publisher:
 def _taken(job: _Submission, held: str) -> str:
     """The id a submission of a taken key returns (or KeyTaken, if it asked)."""
     if job.if_key_taken == "raise":
-        raise keys.KeyTaken(job.key or "", held)
+        raise KeyTaken(job.key or "", held)
     return held
 
 

@@ -25,6 +25,7 @@ from typing import TextIO
 
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor import containment
+from supervisor.errors import CannotRun
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED, NO_CGROUPS, Cgroups
 from supervisor.privileges import Identity, become_in_child, hand_over
 from supervisor.titles import Role, set_title
@@ -92,10 +93,6 @@ def run_command(
     finally:
         _flush()
     return EXIT_CANNOT_EXEC  # not reached: exec returns only by raising
-
-
-class CannotRun(Exception):
-    """A command job's program could not be started (the outcome's error type)."""
 
 
 def _enter(folder: str) -> None:

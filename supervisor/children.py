@@ -75,7 +75,7 @@ class Children:
         """The children running jobs of the manager's `queue`-th queue."""
         return (running for running in self.running.values() if running.queue == queue)
 
-    def held(self, queue: int) -> set[str]:
+    def job_ids(self, queue: int) -> set[str]:
         return {running.claim.job_id for running in self.of(queue)}
 
     def start(self, claim: Claim, create: Callable[[], int], queue: int = 0, box: CgroupRun | None = None) -> int:

@@ -30,3 +30,15 @@ class Stalled(SupervisorError):
 
 class Unavailable(SupervisorError):
     """What a command needs is not there: an optional extra, an address to listen on."""
+
+
+class InternalError(SupervisorError):
+    """The process side was used out of order: a bug in forkvisor, never the user's doing."""
+
+
+class CannotRun(SupervisorError):
+    """A command job's program could not be started (the outcome's error type)."""
+
+
+class RunGone(SupervisorError):
+    """The run's folder is gone before its process started: a sweeper took the claim back."""

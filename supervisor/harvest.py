@@ -11,28 +11,40 @@ import functools
 import logging
 import os
 import socket
-import time
 from typing import Any
 
-from jobs import COMMAND, Claim, Queue, State, format_size, output, run_folder
+from jobs import COMMAND, Claim, RunEnd, format_size, output, run_folder
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_OK, EXIT_ORPHANED, ExitStatus
 from supervisor.running import Running, Stop
 
 STDERR_TAIL_BYTES = 4096
 log = logging.getLogger(__name__)
-Retry = tuple[float, str, int]  # due, job id, priority: a retry's name in scheduled/
 
 
-def outcome_of(running: Running, status: ExitStatus, now_wall: float) -> dict[str, Any]:
-    """The `outcome.json` record of one attempt."""
+def run_end(running: Running, status: ExitStatus, now_wall: float) -> RunEnd:
+    """How the run ended, decoded once: its exit, why its manager stopped it, its outcome
+    record; the store decides from it where the job goes (`Queue.finish`)."""
     run = _open_run(running.claim)
     try:
-        record = _outcome(running, status, now_wall, run)
-        record["output_dropped"] = _compacted(running, run)
-        return record
+        outcome = _outcome(running, status, now_wall, run)
+        outcome["output_dropped"] = _compacted(running, run)
+        # Whether it returned matters only for a run a drain stopped after it exited 0.
+        returned = status.code == EXIT_OK and running.stopped is Stop.DRAIN and _has_result(run)
     finally:
         if run is not None:
             os.close(run)
+    return RunEnd(
+        exited_ok=status.code == EXIT_OK,
+        stop=running.stopped.value if running.stopped else None,
+        has_result=returned,
+        cannot_complete=status.code == EXIT_CANNOT_COMPLETE,
+        error=outcome["error"] or {"message": status.describe()},
+        outcome=outcome,
+    )
+
+
+def _has_result(run: int | None) -> bool:
+    return run is not None and run_folder.has_result(run)
 
 
 def _compacted(running: Running, run: int | None) -> dict[str, int]:
@@ -65,8 +77,8 @@ def _outcome(running: Running, status: ExitStatus, now_wall: float, run: int | N
         "exit_code": status.code,
         "signal": status.signal.name if status.signal else None,
         "limit": running.stopped.value if running.stopped else None,
-        "released": running.released and not is_success(running, status, run),
-        "succeeded": is_success(running, status, run),
+        "released": None,  # the verdict's (`RunEnd.record`)
+        "succeeded": None,
         "host": host_name(),
         "pid": status.pid,
         "started": running.started_wall,
@@ -91,45 +103,6 @@ def _cost_of(usage: Any) -> dict[str, Any]:
         "oom_kills": None,
         "from": "wait4",
     }
-
-
-def settle(queue: Queue, running: Running, status: ExitStatus, outcome: dict[str, Any]) -> tuple[State, Retry | None]:
-    """Move the job on after its attempt: done, back to ready (released by a shutdown),
-    retry later, or dead; return where it went, and for a scheduled retry (due, job id,
-    priority): the name `fail` gave it, so the manager can promote exactly that entry when due."""
-    claim = running.claim
-    if is_success(running, status):
-        queue.complete(claim)
-        return State.DONE, None
-    if running.released:
-        queue.release(claim, reason="released by the manager's shutdown")
-        return State.READY, None
-    now, delay = time.time(), claim.policy.delay(claim.attempt)
-    error = outcome["error"] or {"message": status.describe()}
-    state = queue.fail(claim, error, now, delay=delay, permanent=is_permanent(running, status))
-    return state, ((now + delay, claim.job_id, claim.spec.priority) if state is State.SCHEDULED else None)
-
-
-def is_success(running: Running, status: ExitStatus, run: int | None = None) -> bool:
-    """Exit 0 with no limit hit; or, stopped by a drain, a job that still returned its value
-    (looked for in `run`, the run's folder, or through the claim)."""
-    if status.code != EXIT_OK:
-        return False
-    if running.stopped is Stop.DRAIN:
-        if run is not None:
-            return run_folder.has_result(run)
-        opened = _open_run(running.claim)
-        if opened is None:
-            return False
-        try:
-            return run_folder.has_result(opened)
-        finally:
-            os.close(opened)
-    return running.stopped is None
-
-
-def is_permanent(running: Running, status: ExitStatus) -> bool:
-    return status.code == EXIT_CANNOT_COMPLETE or running.stopped is Stop.CANCELLED
 
 
 @functools.cache

@@ -16,11 +16,11 @@ from supervisor import forking, privileges
 from supervisor.child import job_environment, run_attempt, run_command
 from supervisor.children import Children
 from supervisor.containment import CgroupRun, Containment, ProcessContainment, run_mark
-from supervisor.errors import CannotRunAs, ConfigError
+from supervisor.errors import CannotRunAs, ConfigError, RunGone
 from supervisor.forking import NO_CGROUPS
 from supervisor.outcomes import Outcomes, describe, job_fields
 from supervisor.settings import Settings
-from supervisor.spawner import RunGone, Spawner
+from supervisor.spawner import Spawner
 
 log = logging.getLogger(__name__)
 

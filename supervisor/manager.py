@@ -39,7 +39,7 @@ from jobs import Owner, Queue, Registry
 from supervisor import containment, forking, logfiles, privileges, titles
 from supervisor.budget import Budget
 from supervisor.children import Children
-from supervisor.errors import Stalled
+from supervisor.errors import InternalError, Stalled
 from supervisor.launch import check_root
 from supervisor.notify import Notifier
 from supervisor.queue_list import QueueLike, open_queues, queue_caps
@@ -134,7 +134,7 @@ class Manager:
         """This manager as an owner of its (first) queue; `served[i].tenancy.owner` for the others."""
         owner = self.served[0].tenancy.owner
         if owner is None:
-            raise RuntimeError("the manager registers as an owner when it starts")
+            raise InternalError("the manager registers as an owner when it starts")
         return owner
 
     @property
@@ -151,9 +151,9 @@ class Manager:
         return self.served[0].sweeper.pid
 
     @property
-    def _holding(self) -> bool:
+    def _awaiting_cancel(self) -> bool:
         """A child killed from outside waits to be judged: a cancel may be under way."""
-        return any(served.outcomes.holding for served in self.served)
+        return any(served.outcomes.awaiting_cancel for served in self.served)
 
     # -- life cycle ----------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class Manager:
         return 0
 
     def finished(self, burst: bool) -> bool:
-        if self.running or self._holding:
+        if self.running or self._awaiting_cancel:
             return False
         if self.phase is not Phase.SERVING:
             return True
@@ -223,7 +223,7 @@ class Manager:
             return
         try:
             for served in self.served:
-                served.outcomes.release_held()  # a manager that closes holding one is being cancelled too
+                served.outcomes.release_suspended()  # a manager that closes holding one is being cancelled too
             self._kill_all_and_reap()
             self.children.end_leftovers(self.settings.kill_grace)
             for served in self.served:
@@ -241,7 +241,7 @@ class Manager:
         self.phase = Phase.DRAINING
         self.children.drain(time.monotonic(), self.settings.drain_timeout)
         for served in self.served:
-            served.outcomes.release_held()  # children killed just before: the same cancel
+            served.outcomes.release_suspended()  # children killed just before: the same cancel
         self._set_title()
         self.notifier.stopping(self._status_text())
 
@@ -250,7 +250,7 @@ class Manager:
         log.warning("stopping now (%s): releasing %d running job(s)", why, len(self.running))
         self.phase = Phase.STOPPING
         for served in self.served:
-            served.outcomes.release_held()
+            served.outcomes.release_suspended()
         self._kill_all_and_reap()
 
     def _kill_all_and_reap(self) -> None:
@@ -272,7 +272,7 @@ class Manager:
             served.take_in(self.draining)
         self._reap()
         for served in self.served:
-            served.outcomes.judge_held(now)
+            served.outcomes.judge_suspended(now)
             served.outcomes.retry_stranded()
             served.outcomes.promote_retries()
         self.children.enforce(now)
@@ -330,7 +330,7 @@ class Manager:
     # -- starting jobs -------------------------------------------------------------
 
     def _can_start_more(self, now: float) -> bool:
-        if self.phase is not Phase.SERVING or self._holding:
+        if self.phase is not Phase.SERVING or self._awaiting_cancel:
             return False  # (holding: a cancel may be under way)
         return self.children.has_room(now) and self.budget.allows_another()
 

@@ -1,14 +1,15 @@
 """Recording what became of each claimed job, and moving it on.
 
-A harvested run's outcome is written and the job moved on (done, back to ready,
-a retry, dead: see `harvest.settle`). When the store fails (a full disk), the
+A reaped child's end is decoded once (`harvest.run_end`) and handed to the store in
+one call (`Queue.finish`), which writes its outcome and moves the job on (done, back to
+ready, a retry, dead) as `jobs.fate` decides. When the store fails (a full disk), the
 harvest is kept and tried again at every turn: the job stays this manager's
 meanwhile, and its heartbeat keeps the claim. A retry due soon is promoted by
 name when due, rather than waiting for a sweep (which would find it too).
 
 A cluster's cancel (Slurm's `scancel`, a container runtime's stop) sends SIGTERM to
 every process of the allocation, often the jobs' children before their manager. A
-child that dies of SIGTERM, SIGINT or SIGHUP that its manager did not send is held
+child that dies of SIGTERM, SIGINT or SIGHUP that its manager did not send is suspended
 for `CANCEL_WINDOW` seconds: if the manager drains by then (its own SIGTERM came),
 or was draining already, the run is released (its attempt not counted) like every
 run a drain stops; otherwise it is a failed attempt, as any crash. The manager
@@ -21,11 +22,11 @@ import heapq
 import logging
 import signal
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
-from jobs import Claim, ClaimLost, JobsError, Queue, State, Tally
+from jobs import Claim, ClaimLost, Finished, JobsError, Queue, Retry, RunEnd, State, Tally, Verdict
 from supervisor import forking, harvest
-from supervisor.harvest import Retry
 from supervisor.health import StoreHealth
 from supervisor.running import Running, Stop
 
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 SETTLE_PER_HARVEST = 100  # dependents settled at once; a sweep settles a larger fan-out
 CANCEL_WINDOW = 2.0  # seconds between a child's death by an outside SIGTERM and the manager's own
 OUTSIDE_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Suspended(NamedTuple):
+    """A child killed by a signal its manager did not send, until a drain says it was a cancel's."""
+
+    running: Running
+    status: forking.ExitStatus
+    until: float  # the end of its window, on the monotonic clock
+    ended: float  # when it was reaped (epoch seconds): its outcome's end
 
 
 class Outcomes:
@@ -45,19 +55,19 @@ class Outcomes:
         self.health = health
         self.tally = tally
         self.label = label
-        self._stranded: list[tuple[Running, forking.ExitStatus, dict[str, Any]]] = []
-        self._retries: list[harvest.Retry] = []  # a heap: the earliest due first
-        self._held: list[tuple[Running, forking.ExitStatus, float, float]] = []  # killed from outside: until, ended
+        self._stranded: list[tuple[Running, forking.ExitStatus, RunEnd]] = []
+        self._retries: list[Retry] = []  # a heap: the earliest due first
+        self._suspended: list[Suspended] = []  # killed from outside: judged when their window ends
 
-    def held(self) -> set[str]:
+    def unrecorded(self) -> set[str]:
         """Jobs whose harvest waits to be recorded: still claimed by this manager."""
         stranded = {running.claim.job_id for running, *_ in self._stranded}
-        return stranded | {running.claim.job_id for running, *_ in self._held}
+        return stranded | {entry.running.claim.job_id for entry in self._suspended}
 
     @property
-    def holding(self) -> bool:
+    def awaiting_cancel(self) -> bool:
         """A child killed from outside waits to be judged: a cancel may be under way."""
-        return bool(self._held)
+        return bool(self._suspended)
 
     def harvest(self, running: Running, status: forking.ExitStatus, draining: bool) -> None:
         """Record a reaped child's run and move its job on (or keep it to try again)."""
@@ -72,23 +82,23 @@ class Outcomes:
                     status.describe(),
                     CANCEL_WINDOW,
                 )
-                self._held.append((running, status, time.monotonic() + CANCEL_WINDOW, time.time()))
+                self._suspended.append(Suspended(running, status, time.monotonic() + CANCEL_WINDOW, time.time()))
                 return
         self._harvest(running, status, time.time())
 
-    def release_held(self) -> None:
+    def release_suspended(self) -> None:
         """The manager drains: the children killed from outside were a cancel's; release them."""
-        held, self._held = self._held, []
-        for running, status, _, ended in held:
+        suspended, self._suspended = self._suspended, []
+        for running, status, _, ended in suspended:
             running.stopped = Stop.DRAIN
             self._harvest(running, status, ended)
 
-    def judge_held(self, now: float) -> None:
+    def judge_suspended(self, now: float) -> None:
         """No drain followed within the window: those children failed their attempt."""
-        if not self._held:
+        if not self._suspended:
             return
-        due = [entry for entry in self._held if entry[2] <= now]
-        self._held = [entry for entry in self._held if entry[2] > now]
+        due = [entry for entry in self._suspended if entry.until <= now]
+        self._suspended = [entry for entry in self._suspended if entry.until > now]
         for running, status, _, ended in due:
             self._harvest(running, status, ended)
 
@@ -98,9 +108,9 @@ class Outcomes:
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
             self._note_lost(running, status)
             return
-        outcome = harvest.outcome_of(running, status, ended)
-        if not self._record(running, status, outcome, report=True):
-            self._stranded.append((running, status, outcome))
+        end = harvest.run_end(running, status, ended)
+        if not self._record(running, status, end, report=True):
+            self._stranded.append((running, status, end))
 
     def _note_lost(self, running: Running, status: forking.ExitStatus) -> None:
         """Say in the job (wherever it is now) how the run whose claim was lost ended."""
@@ -127,8 +137,8 @@ class Outcomes:
                 log.error("cannot promote the retry of job %s: %s; a sweep will", job_id, exc)
 
     def next_deadline(self, now: float) -> float:
-        """When the next retry is due or a held child is judged (on the monotonic clock of `now`)."""
-        soonest = min((entry[2] for entry in self._held), default=float("inf"))
+        """When the next retry is due or a suspended child is judged (on the monotonic clock of `now`)."""
+        soonest = min((entry.until for entry in self._suspended), default=float("inf"))
         if not self._retries:
             return soonest
         return min(soonest, now + max(0.0, self._retries[0][0] - time.time()))
@@ -163,11 +173,10 @@ class Outcomes:
         except (OSError, JobsError) as exc:
             log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
 
-    def _record(self, running: Running, status: forking.ExitStatus, outcome: dict[str, Any], report: bool) -> bool:
-        """Record the run's outcome, move the job on and say so; False if the store failed."""
+    def _record(self, running: Running, status: forking.ExitStatus, end: RunEnd, report: bool) -> bool:
+        """Finish the run in the store (its outcome, its job's next place) and say so; False if the store failed."""
         try:
-            self.queue.record_outcome(running.claim, outcome)
-            state, retry = harvest.settle(self.queue, running, status, outcome)
+            finished = self.queue.finish(running.claim, end)
             self.health.worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)
@@ -184,15 +193,16 @@ class Outcomes:
                     exc,
                 )
             return False
-        if retry is not None:
-            heapq.heappush(self._retries, retry)
-        ended = _ended(running, state)
+        if finished.retry is not None:
+            heapq.heappush(self._retries, finished.retry)
+        ended = _ended(finished)
+        outcome = end.outcome
         cost = outcome["cost"]
         cpu = cost["cpu_user"] + cost["cpu_system"]
         self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"], cpu, cost["oom_kills"] or 0)
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
-            self._say(running, status, outcome, state, retry, ended)
-        if state.terminal:
+            self._say(running, status, end, finished, ended)
+        if finished.state.terminal:
             self._settle_dependents(running.claim.job_id)
         return True
 
@@ -204,32 +214,24 @@ class Outcomes:
         except (OSError, JobsError) as exc:
             log.error("cannot settle the jobs waiting for %s: %s; a sweep will", job_id, exc)
 
-    def _say(
-        self,
-        running: Running,
-        status: forking.ExitStatus,
-        outcome: dict[str, Any],
-        state: State,
-        retry: Retry | None,
-        ended: str,
-    ) -> None:
+    def _say(self, running: Running, status: forking.ExitStatus, end: RunEnd, finished: Finished, ended: str) -> None:
         """One line per harvested run, in the user's words, with its fields for JSON logs."""
         claim = running.claim
         event = "retrying" if ended == "retried" else ended  # the logs' word for a run that failed, not its job
-        words = _what_happened(running, status, outcome, retry, ended)
+        words = _what_happened(running, status, end.outcome, finished.retry, ended)
         fields = job_fields(claim, self.queue, event)
-        fields.update(duration=outcome["wall_time"], exit=status.describe(), state=state.value)
+        fields.update(duration=end.outcome["wall_time"], exit=status.describe(), state=finished.state.value)
         log.info("%s %s", describe(claim, self.label), words, extra={"fields": fields})
 
 
-def _ended(running: Running, state: State) -> str:
+def _ended(finished: Finished) -> str:
     """How the run ended, as `jobs.OUTCOMES` names it (the metrics' label; the log's event):
     a job in dead/ is dead even if a drain released its run (an operator cancelled it)."""
-    if state is State.DONE:
+    if finished.state is State.DONE:
         return "succeeded"
-    if state is State.DEAD:
+    if finished.state is State.DEAD:
         return "dead"
-    return "released" if running.released else "retried"
+    return "released" if finished.verdict is Verdict.RELEASED else "retried"
 
 
 def describe(claim: Claim, label: str = "") -> str:
@@ -254,7 +256,7 @@ def job_fields(claim: Claim, queue: Queue, event: str) -> dict[str, Any]:
 def _what_happened(
     running: Running,
     status: forking.ExitStatus,
-    outcome: dict[str, Any],
+    outcome: Mapping[str, Any],
     retry: Retry | None,
     ended: str,
 ) -> str:
@@ -275,5 +277,5 @@ def _what_happened(
         why += f": {error['type']}"
     if ended == "dead":
         return f"failed after {took} ({why}); dead, its {running.claim.attempt} attempt(s) used up"
-    when = "now" if retry is None else f"in {max(0.0, retry[0] - time.time()):.1f}s"
+    when = "now" if retry is None else f"in {max(0.0, retry.due - time.time()):.1f}s"
     return f"failed after {took} ({why}); retrying {when}"

@@ -176,7 +176,7 @@ class Served:
         self.check_folders()
         if not self.tenancy.registered:
             self.tenancy.register()
-        elif not self.tenancy.renew(children.held(self.index) | self.outcomes.held()):
+        elif not self.tenancy.renew(children.job_ids(self.index) | self.outcomes.unrecorded()):
             self.recover_from_reaping(children)
         else:
             children.check_claims(self.index, self.queue.claim_state, now)
@@ -215,7 +215,7 @@ class Served:
         return True
 
     def next_deadline(self, now: float, sweeper_wanted: bool) -> float:
-        """When this queue next has something to do: a heartbeat, a retry, a held child, a
+        """When this queue next has something to do: a heartbeat, a retry, a suspended child, a
         sweeper to restart."""
         soonest = min(self.tenancy.next_heartbeat, self.outcomes.next_deadline(now))
         if self.stats.tally.changes != self._stats_written:
@@ -228,7 +228,7 @@ class Served:
 
     def may_claim(self, children: Children) -> bool:
         """Registered, not paused as a whole, under its cap, no cancel possibly under way."""
-        if not self.tenancy.registered or self.paused.all or self.outcomes.holding:
+        if not self.tenancy.registered or self.paused.all or self.outcomes.awaiting_cancel:
             return False
         return self.cap is None or sum(1 for _ in children.of(self.index)) < self.cap
 

@@ -37,15 +37,12 @@ from dataclasses import dataclass
 
 from jobs import Claim, Command, run_folder
 from supervisor import forking
+from supervisor.errors import RunGone
 from supervisor.forking import NO_CGROUPS, Cgroups
 
 log = logging.getLogger(__name__)
 NAME = "forkvisor-job"  # how sh names itself in its own messages ("forkvisor-job: 1: exec: x: not found")
 CHECK = '[ "$PPID" = "$1" ] || exit 71; [ -z "$2" ] || cd -- "$2" || exit 126; shift 2; exec "$@"'
-
-
-class RunGone(Exception):
-    """The run's folder is gone before its process started: a sweeper took the claim back."""
 
 
 class Spawner:

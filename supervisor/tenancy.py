@@ -12,6 +12,7 @@ from dataclasses import replace
 from jobs import ClaimLost, Functions, JobsError, Owner, Queue, QueueError, storage_error
 from supervisor import liveness
 from supervisor.containment import Containment, ProcessContainment
+from supervisor.errors import InternalError
 from supervisor.health import StoreHealth
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ class Tenancy:
     def name(self) -> str:
         """The owner name, which changes when the manager registers anew."""
         if self.owner is None:
-            raise RuntimeError("not registered yet")
+            raise InternalError("not registered yet")
         return self.owner.name
 
     def register_at_start(self) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jobs import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, PAUSE_FILE, Queue, State
+from supervisor.errors import InternalError
 from supervisor.running import Running
 from supervisor.signals import SignalPipe
 from supervisor.watch import IN_CREATE, IN_DELETE, IN_MOVED_TO, Watch, open_watch
@@ -188,7 +189,7 @@ class Wakeups:
     def open_watch(self) -> None:
         """Watch the queues once the manager is registered."""
         if self._signals is None:
-            raise RuntimeError("open_signals() comes first")
+            raise InternalError("open_signals() comes first")
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
         for watch in self.watches:
@@ -213,7 +214,7 @@ class Wakeups:
     def wait(self, timeout: float) -> Wakeup:
         """Wait up to `timeout` seconds; say what happened."""
         if self._selector is None or self._signals is None:
-            raise RuntimeError("the manager waits only once started")
+            raise InternalError("the manager waits only once started")
         events = self._selector.select(timeout)
         found = self._found
         found.signals = ()

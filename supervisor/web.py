@@ -69,6 +69,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from jobs import OUTCOMES, JobNotFound, JobsError, Queue, State, Tally, is_job_id
 from supervisor import metrics, snapshot
+from supervisor.errors import SupervisorError
 
 log = logging.getLogger(__name__)
 REFRESH = 2.0  # seconds a snapshot of the queues is served before it is read again
@@ -108,15 +109,15 @@ MISSING_TOKEN = (
 )
 
 
-class NotFound(Exception):
+class NotFound(SupervisorError):
     """What the request names is not there (or is not a thing this server serves)."""
 
 
-class BadRequest(Exception):
+class BadRequest(SupervisorError):
     """A parameter is malformed; the message says which and how."""
 
 
-class BadHead(Exception):
+class BadHead(SupervisorError):
     """A request's line or headers cannot be taken; `status` says how it is refused."""
 
     def __init__(self, status: HTTPStatus, words: str) -> None:

@@ -210,3 +210,23 @@ def test_a_queue_method_s_docstring_is_written_once() -> None:
 
 def _docstring(node: ast.AST) -> str | None:
     return ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
+
+
+@pytest.mark.parametrize(("package", "root"), [("jobs", "JobsError"), ("supervisor", "SupervisorError")])
+def test_every_exception_a_package_defines_is_under_its_root(package: str, root: str) -> None:
+    """One `except` catches whatever a package raises on purpose (but `CannotComplete`,
+    which a job raises to say something, not an error of ours)."""
+    import importlib
+
+    errors = importlib.import_module(f"{package}.errors")
+    base = getattr(errors, root)
+    stray = []
+    for source in _sources(package):
+        if source.name == "__main__.py":
+            continue
+        module = importlib.import_module(_module_name(source))
+        for name, value in vars(module).items():
+            defined_here = isinstance(value, type) and value.__module__ == module.__name__
+            if defined_here and issubclass(value, BaseException) and not issubclass(value, base):
+                stray.append(f"{module.__name__}.{name}")
+    assert stray == (["jobs.errors.CannotComplete"] if package == "jobs" else [])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeGuard
 
 from jobs import Backoff, InvalidJob, JobOptions, Queue, State, format_duration, parse_duration, parse_size
+from supervisor.errors import SupervisorError
 
 EXIT_OK = 0
 EXIT_JOB_DEAD = 1  # `wait`: a job it waited for ended in dead/
@@ -24,7 +25,7 @@ EXIT_TIMEOUT = 124  # `wait --timeout` ran out (as timeout(1) does)
 EXIT_INTERRUPTED = 130
 
 
-class UsageError(Exception):
+class UsageError(SupervisorError):
     """Bad input on the command line; the message says what was wrong and how to fix it."""
 
 

@@ -51,7 +51,7 @@ from supervisor.cli.common import (
     add_log_options,
 )
 from supervisor.cli.text import SafeFormatter, safe
-from supervisor.errors import ConfigError, SupervisorError
+from supervisor.errors import ConfigError, InternalError, SupervisorError
 
 _EXIT_CODES: list[tuple[type[BaseException] | tuple[type[BaseException], ...], int]] = [
     (
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"forkvisor: {storage_error(exc, args.command_name, queue) if queue else exc}", file=sys.stderr)
             return EXIT_ENVIRONMENT
         for kinds, code in _EXIT_CODES:
-            if isinstance(exc, kinds):
+            if isinstance(exc, kinds) and not isinstance(exc, InternalError):  # a bug: its traceback, below
                 print(f"forkvisor: {safe(exc)}", file=sys.stderr)  # it may quote the queue's text
                 return code
         logging.getLogger(__name__).exception("internal error: this is a bug in forkvisor, please report it")

@@ -519,7 +519,7 @@ def end_run(queue: Queue, run: Run, ending: str) -> None:
     health = StoreHealth()
     outcomes = Outcomes(queue, health, Tally())
     timed("the manager's harvest", partial(outcomes.harvest, running, status, False))
-    assert outcomes.held() == set(), f"the harvest of job {run.job_id} is stranded: {health.last_failure}"
+    assert outcomes.unrecorded() == set(), f"the harvest of job {run.job_id} is stranded: {health.last_failure}"
 
 
 @HOSTILE
