@@ -183,12 +183,14 @@ class QueueFolder:
         return marker
 
     def _ensure_state_folders(self, shape: access.Layout) -> None:
+        made = False
         for name in FOLDERS:
             try:
                 mode = self.root.lstat(name).st_mode
             except FileNotFoundError:
                 try:
                     self.make_dir(self.root / name, shape.of_folder(name))
+                    made = True
                 except FileExistsError:
                     pass  # made meanwhile by another opener
                 except OSError as exc:
@@ -199,6 +201,8 @@ class QueueFolder:
                     f"cannot open queue {self.path}: {name}/ is not a plain folder (a link or a file); "
                     "a queue's folders must be its own, so move it away and let forkvisor create it"
                 )
+        if made:  # on disk before the first job is acknowledged in one of them (a power cut would lose them)
+            self.root.fsync()
 
     def owned(self) -> bool:
         """Whether this process is the queue's owner (the owner of its folder)."""

@@ -1,0 +1,99 @@
+"""Power loss, proven by sample: each workload's file-system operations are recorded (strace),
+a sample of the distinct states a power cut could leave under both models is recovered
+with forkvisor's own tools, and every guarantee is checked (`check`). The full run, every
+distinct state: `python -m tests.crashstate.run` (docs/RELIABILITY.md has its figures).
+And the checker itself can fail: a state that drops an operation the code did make
+durable breaks a guarantee, and is reported."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.crashstate import check, crash, model
+from tests.crashstate.run import Recorded, check_states, record
+from tests.crashstate.workloads import WORKLOADS
+
+QUICK = 30  # distinct states checked per workload in the default suite
+
+pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (Debian: strace)")
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
+    folder = tmp_path_factory.mktemp("recordings")
+    return {name: record(name, folder / name) for name in WORKLOADS}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_a_sample_of_a_workload_s_crash_states_keeps_every_guarantee(
+    recordings: dict[str, Recorded], tmp_path: Path, name: str
+) -> None:
+    recorded = recordings[name]
+    assert recorded.replayed_exactly, (
+        "the recorded operations do not rebuild the workload's folder: the recorder lost some"
+    )
+    assert sum(op.kind == "mark" for op in recorded.ops) + len(recorded.marks_before) >= 6, (
+        "the workload acknowledged little"
+    )
+    report = check_states(recorded, tmp_path, limit=QUICK, seed=len(name))
+    assert report.distinct > QUICK, report.line()
+    assert report.violations == [], report.line() + "\n" + "\n".join(report.violations[:20])
+
+
+def test_a_synced_publish_dropped_loses_an_acknowledged_job(recordings: dict[str, Recorded], tmp_path: Path) -> None:
+    """The checker can fail: drop the durable rename that published the first acknowledged
+    job, and the job is lost."""
+    recorded = recordings["submit"]
+    ack = next(index for index, op in enumerate(recorded.ops) if op.kind == "mark")
+    job_id = recorded.ops[ack].text.split()[2]
+    published = next(
+        index for index, op in enumerate(recorded.ops[:ack]) if op.kind == "rename" and op.name2.endswith(job_id)
+    )
+    assert published in crash.durable(recorded.ops, ack), "the publish was synced before the acknowledgment"
+    kept = [index for index in range(ack) if recorded.ops[index].kind not in ("sync", "mark") and index != published]
+    tree = crash._tree(recorded.ops, recorded.initial, kept)
+    tree.materialize(tmp_path / "queue")
+    found = check.violations(tmp_path / "queue", [recorded.ops[ack].text], tmp_path / "tools.log", recover=False)
+    assert found == [f"acknowledged job {job_id} is in 0 places: []"]
+
+
+def test_a_synced_result_dropped_leaves_a_done_job_without_it(recordings: dict[str, Recorded], tmp_path: Path) -> None:
+    """And again: drop the durable link of a done job's result.json, and the recovered
+    queue has a done job without its result."""
+    recorded = recordings["harvest"]
+    end = len(recorded.ops)
+    linked = [
+        index
+        for index, op in enumerate(recorded.ops)
+        if op.kind == "rename" and op.name2 == "result.json" and index in crash.durable(recorded.ops, end)
+    ]
+    assert linked, "no durable result.json link in the harvest's recording"
+    kept = [index for index in range(end) if recorded.ops[index].kind not in ("sync", "mark") and index != linked[0]]
+    crash._tree(recorded.ops, recorded.initial, kept).materialize(tmp_path / "queue")
+    found = check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
+    assert any("has no result.json" in problem for problem in found), found
+
+
+def test_an_operation_is_durable_only_once_a_later_barrier_covers_its_unit() -> None:
+    ops = [
+        model.Op("add", 0, ("dir", 1), 1, "a", 2, "d"),
+        model.Op("write", 1, ("data", 3), ino=3, data=b"x"),
+        model.Op("sync", 2, ("dir", 1)),
+        model.Op("rename", 3, ("dir", 4), 1, "a", 2, dir2=4, name2="b"),
+        model.Op("sync", 4, ("dir", 1)),  # the rename's source: a whole rename is durable
+        model.Op("add", 5, ("dir", 1), 1, "c", 5, "f"),
+    ]
+    assert crash.durable(ops, 2) == set()
+    assert crash.durable(ops, 3) == {0}
+    assert crash.durable(ops, 6) == {0, 3}
+    assert crash.points(ops) == [0, 1, 2, 3, 4, 5, 6]
+
+
+def test_the_weak_model_yields_states_the_ordered_one_does_not(recordings: dict[str, Recorded]) -> None:
+    recorded = recordings["submit"]
+    found = {state.model for state in crash.states(recorded.ops[:40], recorded.initial, random.Random(1))}
+    assert found == {crash.WEAK, crash.ORDERED}
