@@ -283,15 +283,23 @@ def unlink_regular(path: StrPath, dir_fd: int | None = None) -> None:
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def append_line(path: StrPath, line: str, mode: int = PRIVATE, dir_fd: int | None = None) -> None:
-    """Append one line to a log file (O_APPEND keeps concurrent lines whole)."""
+def append_line(
+    path: StrPath, line: str, mode: int = PRIVATE, dir_fd: int | None = None, *, durable: bool = False
+) -> None:
+    """Append one line to a log file (O_APPEND keeps concurrent lines whole); durable: on
+    disk when this returns (and the file's name, when this made it)."""
     # O_NONBLOCK: a fifo planted in the file's place must not block the writer.
     fd = os.open(path, _APPEND, mode, dir_fd=dir_fd)
     try:
         if not _is_regular(fd):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
         _widen(fd, mode)
-        _write_all(fd, (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
+        data = (line.rstrip("\n") + "\n").encode("utf-8", "backslashreplace")
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+            if os.fstat(fd).st_size == len(data):  # this line made the file: its name too
+                fsync_dir(os.path.dirname(os.fspath(path)) or ".", dir_fd)
     finally:
         os.close(fd)
 

@@ -397,8 +397,10 @@ def _clear(folder: QueueFolder, name: str, now: float, max_age: float, on_ready:
 
 
 def _record_purge(folder: QueueFolder, job_id: str, state: str, now: float) -> None:
+    """The purge's record, on disk before the job goes (a power cut must not take a job unrecorded)."""
     stamp = datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds")
-    folder.append_line(folder.root / PURGED_LOG, f"{stamp} purged {state} {job_id}")
+    line = f"{stamp} purged {state} {job_id}"
+    files.append_line(PURGED_LOG, line, folder.file_mode, folder.root.fd, durable=folder.durable)
 
 
 def _age(place: Entry, now: float) -> float:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from jobs import CannotComplete, Registry, current
 
 registry = Registry()
+RECOVERING = "FVTEST_RECOVERING"  # set by `check.tool`: no job of these waits
 
 
 @registry.job(name="crash.add")
@@ -29,3 +33,12 @@ def broken() -> None:
 @registry.job(name="crash.refuse")
 def refuse() -> None:
     raise CannotComplete("never")
+
+
+@registry.job(name="crash.sleeper", max_attempts=5, backoff="none")
+def sleeper() -> str:
+    """Blocks in its first run (a test kills or drains its manager meanwhile); returns in the
+    next, and whenever the crash-state checker recovers a queue (RECOVERING is set)."""
+    if current().run_path.name == "attempt-1" and not os.environ.get(RECOVERING):
+        time.sleep(120)
+    return "woke"

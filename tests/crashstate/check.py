@@ -22,8 +22,9 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobs import State
+from jobs import State, is_job_id
 from supervisor.cli import program  # imported once here: each tool's child starts with it
+from tests.crashstate.app import RECOVERING
 from tests.jobs_processes.invariants import job_ids_on_disk, read_attempts
 
 APP = "tests.crashstate.app:registry"
@@ -41,6 +42,7 @@ def tool(argv: Sequence[str], log: Path, timeout: float = TOOL_TIMEOUT) -> int |
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
+            os.environ[RECOVERING] = "1"
             code = program.main(list(argv))
         finally:
             os._exit(code)
@@ -58,8 +60,9 @@ def tool(argv: Sequence[str], log: Path, timeout: float = TOOL_TIMEOUT) -> int |
 def violations(queue: Path, marks: Sequence[str], log: Path, recover: bool = True) -> list[str]:
     """What breaks a guarantee in the crash state at `queue`, before and after recovery."""
     acked = _acknowledged(marks)
+    reset = {words[2] for words in (mark.split() for mark in marks) if words[:2] == ["ACK", "reset"]}
     found = _places_problems(queue, acked) + _key_and_edge_problems(queue, marks)
-    found += _counter_problems(queue)
+    found += _counter_problems(queue, reset)
     if not recover:
         return found
     # Before the queue was acknowledged (its first job), it may not be one yet: saying so is right.
@@ -67,19 +70,20 @@ def violations(queue: Path, marks: Sequence[str], log: Path, recover: bool = Tru
     for argv in (["status", str(queue)], ["list", str(queue)]):
         if (code := tool(argv, log)) not in fine:
             found.append(f"`forkvisor {argv[0]}` ended {code}")
-    for job_id in acked[-SHOWN:]:
+    for job_id in [job_id for job_id in acked if job_id not in _purged(queue)][-SHOWN:]:
         if (code := tool(["show", str(queue), job_id], log)) != 0:
             found.append(f"`forkvisor show` of acknowledged job {job_id} ended {code}")
     burst = ["run", "--burst", "--commands", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", str(queue)]
     if (code := tool(burst, log, timeout=TOOL_TIMEOUT)) not in fine:
         found.append(f"`forkvisor run --burst` ended {code}")
-    found += _places_problems(queue, acked) + _counter_problems(queue) + _ended_problems(queue)
+    found += _places_problems(queue, acked) + _counter_problems(queue, reset) + _ended_problems(queue)
     return found
 
 
 def _acknowledged(marks: Sequence[str]) -> list[str]:
     """Ids the workload was told of ("ACK WHAT ID [...]")."""
-    return [words[2] for words in (mark.split() for mark in marks) if len(words) >= 3 and words[0] == "ACK"]
+    found = [words[2] for words in (mark.split() for mark in marks) if len(words) >= 3 and words[0] == "ACK"]
+    return [job_id for job_id in dict.fromkeys(found) if is_job_id(job_id)]
 
 
 def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
@@ -93,8 +97,11 @@ def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
             if not name.startswith("."):
                 seen.setdefault(name, []).append(f"claimed/{owner}/{name}")
     found = []
+    purged = _purged(queue)
     for job_id in acked:
         places = seen.get(job_id, [])
+        if not places and job_id in purged:
+            continue  # an operator purged it, and the log says so
         if len(places) != 1:
             found.append(f"acknowledged job {job_id} is in {len(places)} places: {places}")
         elif not (queue / places[0] / "job.json").is_file():
@@ -105,9 +112,19 @@ def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
     return found
 
 
-def _counter_problems(queue: Path) -> list[str]:
+def _purged(queue: Path) -> set[str]:
+    try:
+        return {line.split()[-1] for line in (queue / "purged.log").read_text().splitlines() if line.split()}
+    except OSError:
+        return set()
+
+
+def _counter_problems(queue: Path, reset: set[str]) -> list[str]:
+    """Runs started and not counted (but in jobs whose counter an operator reset: `reset`)."""
     found = []
     for job_dir in _job_dirs(queue):
+        if job_dir.name.rsplit(".", 1)[-1] in reset:
+            continue
         started = released = 0
         for run in job_dir.glob("attempt-*"):
             if any((run / name).exists() for name in ("pid", "stdout", "result.json")):

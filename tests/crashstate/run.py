@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.crashstate import check, crash, model, trace
-from tests.crashstate.workloads import SETUP, WORKLOADS, Marks, prepare
+from tests.crashstate.workloads import PREPARE, WORKLOADS, Marks, prepare
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -61,7 +61,7 @@ def record(name: str, folder: Path) -> Recorded:
     queue, marks = folder / "queue", folder / "marks"
     folder.mkdir(parents=True)
     before: list[str] = []
-    if name in SETUP:
+    if name in PREPARE:
         prepare(name, queue, Marks(str(marks)))
         before = marks.read_text().splitlines()
     else:

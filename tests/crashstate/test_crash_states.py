@@ -17,7 +17,7 @@ from tests.crashstate import check, crash, model
 from tests.crashstate.run import Recorded, check_states, record
 from tests.crashstate.workloads import WORKLOADS
 
-QUICK = 30  # distinct states checked per workload in the default suite
+QUICK = 12  # distinct states checked per workload in the default suite
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (Debian: strace)")
 
@@ -36,9 +36,7 @@ def test_a_sample_of_a_workload_s_crash_states_keeps_every_guarantee(
     assert recorded.replayed_exactly, (
         "the recorded operations do not rebuild the workload's folder: the recorder lost some"
     )
-    assert sum(op.kind == "mark" for op in recorded.ops) + len(recorded.marks_before) >= 6, (
-        "the workload acknowledged little"
-    )
+    assert sum(op.kind == "mark" for op in recorded.ops) + len(recorded.marks_before) >= 2, "nothing acknowledged"
     report = check_states(recorded, tmp_path, limit=QUICK, seed=len(name))
     assert report.distinct > QUICK, report.line()
     assert report.violations == [], report.line() + "\n" + "\n".join(report.violations[:20])

@@ -7,17 +7,27 @@ is told by forkvisor (an id returned: the job is acknowledged) it writes to MARK
 - harvest: a manager in --burst mode over jobs that succeed, fail then succeed (a retry),
   fail every attempt (buried), and refuse (CannotComplete): claim, harvest (done, retry,
   dead), dependents settled, the sweeper's promotion
+- operate: an operator's cancel and retry, a purge of done jobs, a schedule's tick fired,
+  a sweep that promotes a due job
+- reap: a manager SIGKILLed while its job ran (before the trace), then a successor in
+  --burst mode that reaps its claim and runs the job again
+- drain: a manager drained (SIGTERM) while its job runs: the run is released, uncounted
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-from jobs import Call, Queue
+from jobs import Call, Queue, Schedule, State, Timing, unknown_liveness
 
-SETUP = {"harvest"}  # workloads whose queue is filled before the trace starts (`prepare`)
+APP = "tests.crashstate.app:registry"
+WAIT = 30.0  # seconds a workload waits for its manager to start a job
 
 
 class Marks:
@@ -43,24 +53,101 @@ def submit(queue_path: Path, marks: Marks) -> None:
 
 def prepare(name: str, queue_path: Path, marks: Marks) -> None:
     """What a workload's queue holds before its trace starts (all of it durable)."""
-    queue = Queue(queue_path, create=True)
-    marks.ack("enqueue", queue.enqueue("crash.add", 1, 2))
-    marks.ack("enqueue", queue.enqueue("crash.flaky"))
-    marks.ack("enqueue", queue.enqueue("crash.broken"))
-    marks.ack("enqueue", queue.enqueue("crash.refuse"))
+    PREPARE[name](Queue(queue_path, create=True), marks)
+
+
+def _jobs_to_harvest(queue: Queue, marks: Marks) -> None:
+    for function in ("crash.add", "crash.flaky", "crash.broken", "crash.refuse"):
+        marks.ack("enqueue", queue.enqueue(function, 1, 2) if function == "crash.add" else queue.enqueue(function))
     parent = marks.ack("enqueue", queue.enqueue("crash.add", 3, 4))
     marks.ack("dependent", queue.with_options(depends_on=[parent]).enqueue("crash.add", 5, 6), parent)
 
 
-def harvest(queue_path: Path, marks: Marks) -> None:
+def _jobs_to_operate(queue: Queue, marks: Marks) -> None:
+    marks.ack("enqueue", queue.enqueue("crash.broken"))  # dead after the burst below: retried
+    marks.ack("enqueue", queue.enqueue("crash.add", 1, 1))  # done: purged
+    _burst(queue.path)
+    marks.ack("enqueue", queue.enqueue("crash.add", 2, 2))  # ready: cancelled
+    marks.ack("delayed", queue.with_options(delay=0.2).enqueue("crash.add", 3, 3))  # due by the sweep
+    tick = Schedule("tick", Timing("every 1s"), "crash.add", (4, 4), missed="once", created=time.time() - 5)
+    queue.add_schedule(tick)
+
+
+def _job_to_interrupt(kill: bool) -> Callable[[Queue, Marks], None]:
+    def prepare_it(queue: Queue, marks: Marks) -> None:
+        job_id = marks.ack("enqueue", queue.enqueue("crash.sleeper"))
+        marks.ack("enqueue", queue.enqueue("crash.add", 5, 5))
+        if kill:  # its manager dies while the job runs: the trace is its successor's
+            manager = _start_manager(queue.path)
+            _wait_for_run(queue.path, job_id)
+            manager.send_signal(signal.SIGKILL)
+            manager.wait()
+
+    return prepare_it
+
+
+PREPARE: dict[str, Callable[[Queue, Marks], None]] = {
+    "harvest": _jobs_to_harvest,
+    "operate": _jobs_to_operate,
+    "reap": _job_to_interrupt(kill=True),
+    "drain": _job_to_interrupt(kill=False),
+}
+
+
+def _start_manager(queue_path: Path) -> subprocess.Popen[bytes]:
+    """A manager whose drain stops its jobs at once (they are released, not counted)."""
+    options = ["--app", APP, "--log-level", "WARNING", "--drain-timeout", "0.1"]
+    return subprocess.Popen([sys.executable, "-m", "supervisor.cli", "run", *options, str(queue_path)])
+
+
+def _wait_for_run(queue_path: Path, job_id: str) -> None:
+    """Until the job's first run has started (its pid file is there)."""
+    deadline = time.monotonic() + WAIT
+    while not list(queue_path.glob(f"claimed/*/{job_id}/attempt-1/pid")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {job_id} did not start within {WAIT}s")
+        time.sleep(0.01)  # a bounded wait for our own manager
+
+
+def _burst(queue_path: Path) -> None:
     from supervisor.cli.program import main
 
-    code = main(["run", "--burst", "--app", "tests.crashstate.app:registry", "--concurrency", "2", str(queue_path)])
+    code = main(["run", "--burst", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", str(queue_path)])
     if code != 0:
         raise SystemExit(code)
 
 
-WORKLOADS = {"submit": submit, "harvest": harvest}
+def harvest(queue_path: Path, marks: Marks) -> None:
+    _burst(queue_path)
+
+
+def operate(queue_path: Path, marks: Marks) -> None:
+    queue = Queue(queue_path)
+    jobs = {job.spec.function + str(job.spec.args): job for state in State for job in queue.jobs(state)}
+    queue.cancel(jobs["crash.add(2, 2)"].id)
+    marks.ack("reset", jobs["crash.broken()"].id)  # its counter starts again from 0 (an operator's retry)
+    queue.retry(jobs["crash.broken()"].id)
+    for job_id in queue.purge(State.DONE, older_than=0):
+        marks.ack("purged", job_id)
+    queue.planner().fire(time.time(), time.monotonic())
+    marks.ack("tick", queue.schedule("tick").last_job or "-")
+    queue.sweep(time.time(), unknown_liveness)
+
+
+def reap(queue_path: Path, marks: Marks) -> None:
+    _burst(queue_path)
+
+
+def drain(queue_path: Path, marks: Marks) -> None:
+    manager = _start_manager(queue_path)
+    sleeper = next(job for job in Queue(queue_path).jobs(State.READY) if job.spec.function == "crash.sleeper")
+    _wait_for_run(queue_path, sleeper.id)
+    manager.send_signal(signal.SIGTERM)
+    if manager.wait(WAIT) != 0:
+        raise SystemExit(f"the drained manager exited {manager.returncode}")
+
+
+WORKLOADS = {"submit": submit, "harvest": harvest, "operate": operate, "reap": reap, "drain": drain}
 
 if __name__ == "__main__":
     name, folder, marks_path = sys.argv[1:4]

@@ -235,7 +235,11 @@ def test_a_members_keyed_jobs_keep_one_live_job_per_key(procs: Processes, shared
     def one_dead_one_done() -> bool:
         return sorted(_state(shared_queue, job_id).value for job_id in submitted) == ["dead", "done"]
 
-    wait_until(one_dead_one_done, 20, "both were taken in, one ran")
+    try:
+        wait_until(one_dead_one_done, 20, "both were taken in, one ran")
+    except pytest.fail.Exception:  # say where each is, and what the manager said
+        states = {job_id: _state(shared_queue, job_id).value for job_id in submitted}
+        pytest.fail(f"not one dead and one done after 20 s: {states}\n{procs.log(manager)}")
     (loser,) = [job_id for job_id in submitted if _state(shared_queue, job_id) is State.DEAD]
     (winner,) = [job_id for job_id in submitted if job_id != loser]
     error = json.loads((shared_queue / "dead" / loser / "error.json").read_text())
