@@ -5,7 +5,8 @@ A crash point is a moment between two system calls. At a crash point, an operati
 came before the point; the others may or may not have reached the disk.
 
 - **weak** (POSIX promises no more): any unsynced operation may be lost, independently
-  of the others (a rename stays whole: `model`). States: the exact prefix; only what
+  of the others, but for what depends on it (a rename stays whole, and a rename or a
+  removal of an entry goes with the operation that made it: `model`). States: the exact prefix; only what
   was synced; the prefix without each one of the last unsynced operations; random
   subsets of the unsynced ones.
 - **ordered** (ext4 data=ordered, XFS): directory operations reach the disk in order and
@@ -63,6 +64,11 @@ def durable(ops: Sequence[Op], point: int) -> set[int]:
             found.add(index)  # (whole: durable once either of its folders is synced)
         elif op.kind != "mark" and (everything or op.unit in synced):
             found.add(index)
+    for index in sorted(found, reverse=True):  # what a durable operation acted on is on disk too
+        needed = ops[index].needs
+        while needed >= 0 and needed not in found:
+            found.add(needed)
+            needed = ops[needed].needs
     return found
 
 
@@ -94,9 +100,15 @@ def states(
 
 
 def _tree(ops: Sequence[Op], initial: Tree, indices: Sequence[int], damaged: dict[int, str] | None = None) -> Tree:
+    """The folder with the operations at `indices` (in order), but those that act on an
+    entry whose making is not among them (a disk keeps no rename of an entry it lost)."""
     tree = copy.deepcopy(initial)
+    applied: set[int] = set()
     for index in indices:
         op = ops[index]
+        if op.needs >= 0 and op.needs not in applied:
+            continue
+        applied.add(index)
         how = (damaged or {}).get(index)
         if how == "cut":
             op = Op("write", op.call, op.unit, ino=op.ino, offset=op.offset, data=op.data[: len(op.data) // 2])

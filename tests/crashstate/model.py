@@ -12,6 +12,7 @@ durable once either directory is fsynced after it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import stat
 from collections.abc import Iterable, Iterator
@@ -153,6 +154,7 @@ class Op:
     text: str = ""
     dir2: int = 0  # a rename's target
     name2: str = ""
+    needs: int = -1  # the operation that made the entry a rename or removal acts on (-1: none, or before)
 
 
 @dataclass
@@ -172,6 +174,7 @@ class Recording:
         self.files: dict[int, dict[int, _Open | str]] = {}  # pid -> fd -> what it is (str: the marks file)
         self.next_ino = max(initial.inodes) + 1
         self.calls = 0
+        self.made: dict[tuple[int, str], int] = {}  # (directory, name) -> the operation that put the entry there
 
     def add(self, calls: Iterable[Call]) -> list[Op]:
         for call in calls:
@@ -200,6 +203,13 @@ class Recording:
         return None if parent is None else (parent, parts[-1])
 
     def _emit(self, op: Op) -> None:
+        """Record `op`, with the operation it depends on: a rename or a removal acts on an
+        entry an earlier operation made, and no disk keeps the one without the other."""
+        if op.kind in ("rename", "remove"):
+            op = dataclasses.replace(op, needs=self.made.pop((op.dir, op.name), -1))
+        if op.kind in ("add", "rename"):
+            target = (op.dir2, op.name2) if op.kind == "rename" else (op.dir, op.name)
+            self.made[target] = len(self.ops)
         self.ops.append(op)
         self.tree.apply(op)
 

@@ -70,7 +70,8 @@ def record(name: str, folder: Path) -> Recorded:
     argv = [sys.executable, "-m", "tests.crashstate.workloads", name, str(queue), str(marks)]
     status = trace.record(argv, folder / "trace", env=None)
     if status != 0:
-        raise RuntimeError(f"workload {name} exited {status} under strace")
+        said = (folder / "trace.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"workload {name} exited {status} under strace:\n{said}")
     recording = model.Recording(queue, marks, initial)
     ops = recording.add(trace.calls(folder / "trace"))
     exact = recording.tree.signature() == model.Tree.read(queue).signature()

@@ -95,3 +95,24 @@ def test_the_weak_model_yields_states_the_ordered_one_does_not(recordings: dict[
     recorded = recordings["submit"]
     found = {state.model for state in crash.states(recorded.ops[:40], recorded.initial, random.Random(1))}
     assert found == {crash.WEAK, crash.ORDERED}
+
+
+def test_a_rename_of_an_entry_whose_making_was_lost_is_lost_too() -> None:
+    """A disk keeps no rename of an entry it never had (ready -> claimed lost, claimed -> done
+    kept would put a job in two places): such subsets are not states; and what a durable
+    rename moved is durable with it."""
+    ops = [
+        model.Op("rename", 0, ("dir", 3), 2, "job", 9, dir2=3, name2="job"),  # ready -> claimed, unsynced
+        model.Op("rename", 1, ("dir", 4), 3, "job", 9, dir2=4, name2="job", needs=0),  # claimed -> done
+        model.Op("sync", 2, ("dir", 4)),
+    ]
+    initial = model.Tree()
+    for number in (2, 3, 4):
+        initial.inodes[number] = model.Inode("d", 0o755)
+        initial.inodes[1].entries[f"d{number}"] = number
+    initial.inodes[9] = model.Inode("d", 0o755)
+    initial.inodes[2].entries["job"] = 9
+    assert crash.durable(ops, 3) == {0, 1}
+    only_the_second = crash._tree(ops, initial, [1])
+    assert only_the_second.inodes[2].entries == {"job": 9}  # still where it was, once
+    assert only_the_second.inodes[4].entries == {}

@@ -47,9 +47,13 @@ class Call:
 
 
 def record(argv: Sequence[str], trace: Path, env: Mapping[str, str] | None = None, timeout: float = 300) -> int:
-    """Run `argv` under strace, its calls written to `trace`; its exit status."""
+    """Run `argv` under strace, its calls written to `trace` and its output beside it
+    (`trace` + ".log"); its exit status."""
     command = ["strace", "-f", "-qq", "-y", "-xx", "-s", "1048576", "-o", str(trace), "-e", f"trace={CALLS}", *argv]
-    return subprocess.run(command, env=dict(env) if env is not None else None, timeout=timeout, check=False).returncode
+    with open(f"{trace}.log", "wb") as output:
+        environment = dict(env) if env is not None else None
+        done = subprocess.run(command, env=environment, stdout=output, stderr=output, timeout=timeout, check=False)
+    return done.returncode
 
 
 def calls(trace: Path) -> Iterator[Call]:
