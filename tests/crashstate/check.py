@@ -163,9 +163,8 @@ def _key_and_edge_problems(queue: Path, marks: Sequence[str]) -> list[str]:
     found = []
     for words in (mark.split() for mark in marks):
         if len(words) == 4 and words[1] == "keyed" and words[2] in live:
-            holders = [
-                (queue / "keys" / words[3] / name).read_text().strip() for name in _names(queue / "keys" / words[3])
-            ]
+            generations = [name for name in _names(queue / "keys" / words[3]) if not name.startswith(".")]
+            holders = [(queue / "keys" / words[3] / name).read_text().strip() for name in generations]
             if words[2] not in holders:
                 found.append(f"key {words[3]} of live job {words[2]} is held by none of its generations")
         waiting = len(words) == 4 and words[1] == "dependent" and (queue / "waiting" / words[2]).is_dir()

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -383,7 +383,3 @@ def _flags(token: str) -> int:
     for name in token.split("|"):
         value |= _FLAGS.get(name.strip(), 0)
     return value
-
-
-def marks(ops: Iterable[Op]) -> Iterator[str]:
-    return (op.text for op in ops if op.kind == "mark")
