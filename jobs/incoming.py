@@ -46,6 +46,7 @@ and not looked at again until it changes.
 from __future__ import annotations
 
 import errno
+import functools
 import heapq
 import logging
 import os
@@ -650,7 +651,9 @@ class _Entry:
         key = checked.spec.key if checked.spec is not None else None
         if key is None:
             return None
-        holder = keys.reserve(self.folder, key, job_id, self.places.locate, self.source.uid)
+        # Looked for afresh, not in this turn's listings: the holder may be another process's
+        # take-in, published since this turn listed ready/ (two jobs of one key both ran).
+        holder = keys.reserve(self.folder, key, job_id, functools.partial(view.locate, self.folder), self.source.uid)
         return None if holder is None else fate.duplicate(key, holder)
 
     # -- a request -------------------------------------------------------------------------------
