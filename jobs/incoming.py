@@ -600,6 +600,8 @@ class _Entry:
             else:  # refused: the member's text is kept aside, never as the job.json the owner vouches for
                 folder.write_new(job / SUBMISSION_FILE, data)
                 folder.write_new(job / SPEC_FILE, spec_json({"id": job_id, "submitted_by": submitter}))
+            if folder.durable:
+                job.fsync()  # its entries on disk before the move that publishes it (or buries it)
         return staging
 
     def _id_problem(self, job_id: str, published: os.stat_result) -> str | None:

@@ -34,7 +34,8 @@ from jobs.handles import Entry
 
 
 def publish(staging: Entry, target: Entry, durable: bool) -> None:
-    """Make a staged job visible at `target`; durable: its folder is on disk before the call returns."""
+    """Make a staged job visible at `target`; durable: its folder is on disk before the call
+    returns (its content must be already: whoever wrote the staged folder synced it)."""
     _rename(staging, target)
     if durable:
         _fsync_parent(target)

@@ -362,8 +362,12 @@ class Queue:
         jobs (a member may write only incoming/); they do it if you submitted it."""
         if action not in ("cancel", "retry"):
             raise InvalidJob(f"a member may ask for cancel or retry, not {action!r}")
-        view.locate(self.folder, check_job_id(job_id))  # JobNotFound now, not silently later
+        self._ask_for(job_id, action, why)
+
+    def _ask_for(self, job_id: str, action: str, why: str = "") -> State:
+        state, _ = view.locate(self.folder, check_job_id(job_id))  # JobNotFound now, not silently later
         incoming.request(self.folder, job_id, action, why or f"{action} asked at {time.time()}")
+        return state
 
     @property
     def owner_uid(self) -> int:
@@ -565,7 +569,10 @@ class Queue:
 
     def cancel(self, job_id: str, now: float | None = None) -> State:
         """Cancel a job: ready or scheduled goes to `dead/` at once; a claimed one is
-        marked, and its manager stops it. Return the job's state after the call."""
+        marked, and its manager stops it. Return the job's state after the call. A member
+        of a shared queue asks its managers instead (`ask`): the state is the job's as asked."""
+        if not self.owned:
+            return self._ask_for(job_id, "cancel")
         take_in = lambda when: self._intake.take_in_one(job_id, when, self._take_in_actions(when))  # noqa: E731
         return operator.cancel(self.folder, job_id, _now(now), take_in)
 
@@ -575,7 +582,11 @@ class Queue:
         return operator.freeze(self.folder, job_id, frozen, _now(now))
 
     def retry(self, job_id: str, now: float | None = None) -> None:
-        """Send a dead job back to `ready/` with a fresh set of attempts."""
+        """Send a dead job back to `ready/` with a fresh set of attempts (a member of a
+        shared queue asks its managers to: `ask`)."""
+        if not self.owned:
+            self._ask_for(job_id, "retry")
+            return
         operator.retry(self.folder, job_id, _now(now), self._index.add)
 
     # -- dependencies (jobs.depends) --------------------------------------------------

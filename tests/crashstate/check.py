@@ -10,7 +10,8 @@ real command, without a new interpreter per call), with a deadline: a tool that 
 - a done job has its result (these workloads' jobs all return one) and a finished run;
   a dead job has its reason;
 - an acknowledged key is held by its job or the job has ended; an acknowledged
-  dependent waits with its edge, or has moved on.
+  dependent waits with its edge, or has moved on; an acknowledged cancel has buried its
+  job once recovered.
 """
 
 from __future__ import annotations
@@ -57,11 +58,14 @@ def tool(argv: Sequence[str], log: Path, timeout: float = TOOL_TIMEOUT) -> int |
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def violations(queue: Path, marks: Sequence[str], log: Path, recover: bool = True) -> list[str]:
-    """What breaks a guarantee in the crash state at `queue`, before and after recovery."""
+def violations(
+    queue: Path, marks: Sequence[str], log: Path, recover: bool = True, options: Sequence[str] = ()
+) -> list[str]:
+    """What breaks a guarantee in the crash state at `queue`, before and after recovery (by
+    tools given `options` too, as the workload's own manager was)."""
     acked = _acknowledged(marks)
     reset = {words[2] for words in (mark.split() for mark in marks) if words[:2] == ["ACK", "reset"]}
-    found = _places_problems(queue, acked) + _key_and_edge_problems(queue, marks)
+    found = _places_problems(queue, acked, submitted=_submitted(queue)) + _key_and_edge_problems(queue, marks)
     found += _counter_problems(queue, reset)
     if not recover:
         return found
@@ -73,11 +77,21 @@ def violations(queue: Path, marks: Sequence[str], log: Path, recover: bool = Tru
     for job_id in [job_id for job_id in acked if job_id not in _purged(queue)][-SHOWN:]:
         if (code := tool(["show", str(queue), job_id], log)) != 0:
             found.append(f"`forkvisor show` of acknowledged job {job_id} ended {code}")
-    burst = ["run", "--burst", "--commands", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", str(queue)]
-    if (code := tool(burst, log, timeout=TOOL_TIMEOUT)) not in fine:
+    burst = ["run", "--burst", "--commands", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", *options]
+    if (code := tool([*burst, str(queue)], log)) not in fine:
         found.append(f"`forkvisor run --burst` ended {code}")
     found += _places_problems(queue, acked) + _counter_problems(queue, reset) + _ended_problems(queue)
-    return found
+    return found + _cancel_problems(queue, marks)
+
+
+def renumber_taken(queue: Path, renumbered: dict[int, int]) -> None:
+    """Point the `taken/ID` marks ("UID INODE" of a member's submission file) at the copy's
+    inode of that file, as they pointed at the recording disk's (a copy cannot keep it)."""
+    for job_id in _names(queue / "taken"):
+        mark = queue / "taken" / job_id
+        words = mark.read_text().split()
+        if len(words) == 2 and words[1].isdigit() and int(words[1]) in renumbered:
+            mark.write_text(f"{words[0]} {renumbered[int(words[1])]}\n")
 
 
 def _acknowledged(marks: Sequence[str]) -> list[str]:
@@ -86,7 +100,9 @@ def _acknowledged(marks: Sequence[str]) -> list[str]:
     return [job_id for job_id in dict.fromkeys(found) if is_job_id(job_id)]
 
 
-def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
+def _places_problems(queue: Path, acked: Sequence[str], submitted: frozenset[str] = frozenset()) -> list[str]:
+    """Acknowledged jobs not in exactly one state folder (before recovery, a member's
+    submission not taken in yet, in `submitted`, may be in none)."""
     seen: dict[str, list[str]] = {}
     for state in (State.READY, State.SCHEDULED, State.WAITING, State.DONE, State.DEAD):
         for name in _names(queue / state.value):
@@ -100,8 +116,8 @@ def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
     purged = _purged(queue)
     for job_id in acked:
         places = seen.get(job_id, [])
-        if not places and job_id in purged:
-            continue  # an operator purged it, and the log says so
+        if not places and (job_id in purged or job_id in submitted):
+            continue  # an operator purged it, and the log says so; or it waits in incoming/
         if len(places) != 1:
             found.append(f"acknowledged job {job_id} is in {len(places)} places: {places}")
         elif not (queue / places[0] / "job.json").is_file():
@@ -110,6 +126,22 @@ def _places_problems(queue: Path, acked: Sequence[str]) -> list[str]:
         if len(places) > 1 and job_id not in acked:
             found.append(f"job {job_id} is in {len(places)} places: {places}")
     return found
+
+
+def _submitted(queue: Path) -> frozenset[str]:
+    """Ids of the members' submissions in incoming/ (`ID.json`, or `.taking.ID.json` mid take-in)."""
+    found = set()
+    for member in _names(queue / "incoming"):
+        for name in _names(queue / "incoming" / member):
+            if name.endswith(".json"):
+                found.add(name.removeprefix(".taking.").removesuffix(".json"))
+    return frozenset(found)
+
+
+def _cancel_problems(queue: Path, marks: Sequence[str]) -> list[str]:
+    """Jobs whose cancel was acknowledged and that are not dead once recovered."""
+    cancelled = [words[2] for words in (mark.split() for mark in marks) if words[:2] == ["ACK", "cancel"]]
+    return [f"cancelled job {job_id} is not in dead/" for job_id in cancelled if not (queue / "dead" / job_id).is_dir()]
 
 
 def _purged(queue: Path) -> set[str]:

@@ -31,6 +31,9 @@ _FLAGS = {name: getattr(os, name) for name in dir(os) if name.startswith("O_")}
 class Inode:
     kind: str  # "d" or "f"
     mode: int
+    uid: int = 0  # who owns it: the workloads' own processes run as root
+    gid: int = 0
+    disk_ino: int = 0  # its number on the recording's disk (a file there before the trace)
     entries: dict[str, int] = field(default_factory=dict)  # a directory's
     data: bytearray = field(default_factory=bytearray)  # a file's
 
@@ -45,7 +48,8 @@ class Tree:
     def read(cls, root: Path) -> Tree:
         """The folder as it is on disk (hard links kept as one inode)."""
         tree, numbers = cls(), {os.lstat(root).st_ino: 1}
-        tree.inodes[1].mode = stat.S_IMODE(os.lstat(root).st_mode)
+        status = os.lstat(root)
+        tree.inodes[1] = Inode("d", stat.S_IMODE(status.st_mode), status.st_uid, status.st_gid)
         for folder, names, files in os.walk(root):
             parent = tree.inodes[numbers[os.lstat(folder).st_ino]]
             for name in [*names, *files]:
@@ -54,7 +58,7 @@ class Tree:
                 if status.st_ino not in numbers:
                     numbers[status.st_ino] = number = max(tree.inodes) + 1
                     kind = "d" if stat.S_ISDIR(status.st_mode) else "f"
-                    found = Inode(kind, stat.S_IMODE(status.st_mode))
+                    found = Inode(kind, stat.S_IMODE(status.st_mode), status.st_uid, status.st_gid, status.st_ino)
                     if kind == "f":
                         found.data = bytearray(Path(path).read_bytes()) if stat.S_ISREG(status.st_mode) else bytearray()
                     tree.inodes[number] = found
@@ -72,8 +76,10 @@ class Tree:
 
     def apply(self, op: Op) -> None:
         if op.kind == "add":
-            self.inodes.setdefault(op.ino, Inode(op.new_kind or "f", op.mode))
-            self.inodes.setdefault(op.dir, Inode("d", 0o755)).entries[op.name] = op.ino
+            parent = self.inodes.setdefault(op.dir, Inode("d", 0o755))
+            if op.ino not in self.inodes:
+                self.inodes[op.ino] = _new_inode(op.new_kind or "f", op.mode, parent)
+            parent.entries[op.name] = op.ino
         elif op.kind == "remove":
             self.inodes.setdefault(op.dir, Inode("d", 0o755)).entries.pop(op.name, None)
         elif op.kind == "rename":
@@ -89,9 +95,11 @@ class Tree:
             del data[op.size :]
             data.extend(bytes(max(0, op.size - len(data))))
 
-    def materialize(self, root: Path) -> None:
+    def materialize(self, root: Path) -> dict[int, int]:
         """Write the folder as it would be found: what inode 1 reaches (a directory reached
-        twice, which a lost removal can leave, is written at each place)."""
+        twice, which a lost removal can leave, is written at each place). Return the copy's
+        inode number of each file the recording's disk had before the trace, by that disk's
+        number (a real disk keeps a file's number; a copy cannot)."""
         root.mkdir(parents=True)
         written: dict[int, Path] = {}
         stack: list[tuple[int, Path, frozenset[int]]] = [(1, root, frozenset({1}))]
@@ -111,9 +119,13 @@ class Tree:
                 else:
                     target.write_bytes(bytes(inode.data))
                     written[child] = target
-            os.chmod(path, self.inodes[number].mode | 0o700)
-        for path in written.values():
-            os.chmod(path, self.inodes[_number_of(self, path, root)].mode | 0o600)
+            _own(path, self.inodes[number], 0o700)
+        renumbered = {}
+        for number, path in written.items():
+            _own(path, self.inodes[number], 0o600)
+            if self.inodes[number].disk_ino:
+                renumbered[self.inodes[number].disk_ino] = os.lstat(path).st_ino
+        return renumbered
 
     def signature(self) -> tuple[object, ...]:
         """What a materialized state would hold (equal for states that would be equal on disk)."""
@@ -132,8 +144,17 @@ class Tree:
         return tuple(found)
 
 
-def _number_of(tree: Tree, path: Path, root: Path) -> int:
-    return tree.lookup(path.relative_to(root).parts) or 1
+def _new_inode(kind: str, mode: int, parent: Inode) -> Inode:
+    """An inode made in `parent`: a setgid folder gives its group (and, to a folder, its setgid)."""
+    if not parent.mode & stat.S_ISGID:
+        return Inode(kind, mode)
+    return Inode(kind, mode | (stat.S_ISGID if kind == "d" else 0), gid=parent.gid)
+
+
+def _own(path: Path, inode: Inode, rights: int) -> None:
+    """Give `path` its inode's owner and mode (the owner first: a change of owner clears setgid)."""
+    os.lchown(path, inode.uid, inode.gid)
+    os.chmod(path, inode.mode | rights)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.crashstate import check, crash, model, trace
-from tests.crashstate.workloads import PREPARE, WORKLOADS, Marks, prepare
+from tests.crashstate.workloads import PREPARE, RECOVERY, WORKLOADS, Marks, Recovery, prepare
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -94,6 +94,9 @@ def check_states(
     chosen = list(distinct.values())
     if limit is not None and len(chosen) > limit:
         chosen = random.Random(seed).sample(chosen, limit)
+    for number, state in enumerate(chosen):  # all made first: one wait ages them all
+        _materialize(state, work / f"state-{number}" / "queue")
+    _age(work, RECOVERY.get(recorded.name, Recovery()).aged)
     shares = [list(enumerate(chosen))[index::workers] for index in range(workers)]
     context = multiprocessing.get_context("fork")  # the states are in memory: the workers inherit them
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
@@ -109,13 +112,37 @@ def _check_share(task: tuple[Recorded, Path, list[tuple[int, crash.CrashState]]]
     found: list[str] = []
     for number, state in share:
         folder = work / f"state-{number}"
-        state.tree.materialize(folder / "queue")
         marks = recorded.marks_before + state.marks(recorded.ops)
-        problems = check.violations(folder / "queue", marks, folder / "tools.log")
-        found += [f"{state.model} model, point {state.point} ({state.how}): {problem}" for problem in problems]
-        if not problems:
+        options = RECOVERY.get(recorded.name, Recovery()).options
+        problems = check.violations(folder / "queue", marks, folder / "tools.log", options=options)
+        found += [
+            f"{state.model} model, point {state.point} ({state.how}), {folder.name}: {problem}" for problem in problems
+        ]
+        if problems:  # kept as it was found too, to recover again by hand
+            _materialize(state, folder / "found")
+        else:
             shutil.rmtree(folder)
     return found
+
+
+def _materialize(state: crash.CrashState, queue: Path) -> None:
+    check.renumber_taken(queue, state.tree.materialize(queue))
+
+
+def _age(work: Path, seconds: float) -> None:
+    """Wait until the states just made in `work` are `seconds` old by the file system's clock:
+    a copy renews every change time, which a host back from a power cut finds as old as it
+    is (one wait for all the states of a workload)."""
+    if not seconds:
+        return
+    made = work / ".made"
+    made.touch()
+    now = work / ".now"
+    while True:  # the file system's clock, as the recovering tools read it
+        now.touch()
+        if now.stat().st_mtime - made.stat().st_mtime >= seconds:
+            return
+        time.sleep(1.0)
 
 
 def run(names: list[str], every: int, limit: int | None, keep: Path | None, workers: int = 1) -> Iterator[Report]:

@@ -16,21 +16,41 @@ import pytest
 from tests.crashstate import check, crash, model
 from tests.crashstate.run import Recorded, check_states, record
 from tests.crashstate.workloads import WORKLOADS
+from tests.users import why_no_users
 
 QUICK = 12  # distinct states checked per workload in the default suite
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (Debian: strace)")
 
 
+class Recordings(dict[str, Recorded]):
+    """Each workload recorded once, when a test first needs it."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+
+    def __missing__(self, name: str) -> Recorded:
+        if name in NEEDS_USERS and (why := why_no_users()) is not None:
+            pytest.skip(why)
+        self[name] = recorded = record(name, self.folder / name)
+        return recorded
+
+
+NEEDS_USERS = {"takein"}  # a shared queue, and a member who submits to it
+SLOW = {"takein"}  # its states are recovered a minute after they are made (Recovery.aged)
+
+
 @pytest.fixture(scope="module")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Recorded]:
-    folder = tmp_path_factory.mktemp("recordings")
-    return {name: record(name, folder / name) for name in WORKLOADS}
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Recordings:
+    return Recordings(tmp_path_factory.mktemp("recordings"))
 
 
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else []) for name in sorted(WORKLOADS)]
+)
 def test_a_sample_of_a_workload_s_crash_states_keeps_every_guarantee(
-    recordings: dict[str, Recorded], tmp_path: Path, name: str
+    recordings: Recordings, tmp_path: Path, name: str
 ) -> None:
     recorded = recordings[name]
     assert recorded.replayed_exactly, (
@@ -42,7 +62,7 @@ def test_a_sample_of_a_workload_s_crash_states_keeps_every_guarantee(
     assert report.violations == [], report.line() + "\n" + "\n".join(report.violations[:20])
 
 
-def test_a_synced_publish_dropped_loses_an_acknowledged_job(recordings: dict[str, Recorded], tmp_path: Path) -> None:
+def test_a_synced_publish_dropped_loses_an_acknowledged_job(recordings: Recordings, tmp_path: Path) -> None:
     """The checker can fail: drop the durable rename that published the first acknowledged
     job, and the job is lost."""
     recorded = recordings["submit"]
@@ -59,7 +79,7 @@ def test_a_synced_publish_dropped_loses_an_acknowledged_job(recordings: dict[str
     assert found == [f"acknowledged job {job_id} is in 0 places: []"]
 
 
-def test_a_synced_result_dropped_leaves_a_done_job_without_it(recordings: dict[str, Recorded], tmp_path: Path) -> None:
+def test_a_synced_result_dropped_leaves_a_done_job_without_it(recordings: Recordings, tmp_path: Path) -> None:
     """And again: drop the durable link of a done job's result.json, and the recovered
     queue has a done job without its result."""
     recorded = recordings["harvest"]
@@ -91,7 +111,7 @@ def test_an_operation_is_durable_only_once_a_later_barrier_covers_its_unit() -> 
     assert crash.points(ops) == [0, 1, 2, 3, 4, 5, 6]
 
 
-def test_the_weak_model_yields_states_the_ordered_one_does_not(recordings: dict[str, Recorded]) -> None:
+def test_the_weak_model_yields_states_the_ordered_one_does_not(recordings: Recordings) -> None:
     recorded = recordings["submit"]
     found = {state.model for state in crash.states(recorded.ops[:40], recorded.initial, random.Random(1))}
     assert found == {crash.WEAK, crash.ORDERED}

@@ -12,21 +12,31 @@ is told by forkvisor (an id returned: the job is acknowledged) it writes to MARK
 - reap: a manager SIGKILLed while its job ran (before the trace), then a successor in
   --burst mode that reaps its claim and runs the job again
 - drain: a manager drained (SIGTERM) while its job runs: the run is released, uncounted
+- takein: a manager of a shared queue (root's, --run-as-submitter) takes in a member's
+  submissions (plain, keyed, dependent) and their cancel of a job taken in before, and
+  runs them
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from jobs import Call, Queue, Schedule, State, Timing, unknown_liveness
+from jobs.incoming import STALE_TAKING
+from tests.users import ALICE, TEAM, as_user
 
 APP = "tests.crashstate.app:registry"
+MEMBERS_BURST = ("--run-as-submitter",)  # root's manager of a shared queue runs members' jobs as them
+ROOT = Path(__file__).resolve().parent.parent.parent
 WAIT = 30.0  # seconds a workload waits for its manager to start a job
 
 
@@ -53,17 +63,19 @@ def submit(queue_path: Path, marks: Marks) -> None:
 
 def prepare(name: str, queue_path: Path, marks: Marks) -> None:
     """What a workload's queue holds before its trace starts (all of it durable)."""
-    PREPARE[name](Queue(queue_path, create=True), marks)
+    PREPARE[name](queue_path, marks)
 
 
-def _jobs_to_harvest(queue: Queue, marks: Marks) -> None:
+def _jobs_to_harvest(queue_path: Path, marks: Marks) -> None:
+    queue = Queue(queue_path, create=True)
     for function in ("crash.add", "crash.flaky", "crash.broken", "crash.refuse"):
         marks.ack("enqueue", queue.enqueue(function, 1, 2) if function == "crash.add" else queue.enqueue(function))
     parent = marks.ack("enqueue", queue.enqueue("crash.add", 3, 4))
     marks.ack("dependent", queue.with_options(depends_on=[parent]).enqueue("crash.add", 5, 6), parent)
 
 
-def _jobs_to_operate(queue: Queue, marks: Marks) -> None:
+def _jobs_to_operate(queue_path: Path, marks: Marks) -> None:
+    queue = Queue(queue_path, create=True)
     marks.ack("enqueue", queue.enqueue("crash.broken"))  # dead after the burst below: retried
     marks.ack("enqueue", queue.enqueue("crash.add", 1, 1))  # done: purged
     _burst(queue.path)
@@ -73,8 +85,9 @@ def _jobs_to_operate(queue: Queue, marks: Marks) -> None:
     queue.add_schedule(tick)
 
 
-def _job_to_interrupt(kill: bool) -> Callable[[Queue, Marks], None]:
-    def prepare_it(queue: Queue, marks: Marks) -> None:
+def _job_to_interrupt(kill: bool) -> Callable[[Path, Marks], None]:
+    def prepare_it(queue_path: Path, marks: Marks) -> None:
+        queue = Queue(queue_path, create=True)
         job_id = marks.ack("enqueue", queue.enqueue("crash.sleeper"))
         marks.ack("enqueue", queue.enqueue("crash.add", 5, 5))
         if kill:  # its manager dies while the job runs: the trace is its successor's
@@ -86,11 +99,52 @@ def _job_to_interrupt(kill: bool) -> Callable[[Queue, Marks], None]:
     return prepare_it
 
 
-PREPARE: dict[str, Callable[[Queue, Marks], None]] = {
+def _members_submissions(queue_path: Path, marks: Marks) -> None:
+    """A shared queue of root's (group fvteam) and, in incoming/, a member's submissions, one
+    of them the cancel of a job of theirs taken in before."""
+    _cli("init", str(queue_path), "--shared", "--group", TEAM)
+    with _reachable_by_members(queue_path):
+        (delayed,) = _as_member("delayed", queue_path, marks)
+        _burst(queue_path, *MEMBERS_BURST)  # takes it in: scheduled, an hour ahead
+        _as_member("submit", queue_path, marks, delayed)
+
+
+def _as_member(mode: str, queue_path: Path, marks: Marks, *args: str) -> list[str]:
+    """Run `tests.crashstate.member` as a member of the queue's group; the ids it was told."""
+    argv = [*as_user(ALICE), sys.executable, "-m", "tests.crashstate.member", mode, str(queue_path), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the member's submission failed: {done.stderr[-2000:]}")
+    return [marks.ack(*line.split()) for line in done.stdout.splitlines()]
+
+
+@contextlib.contextmanager
+def _reachable_by_members(path: Path) -> Iterator[None]:
+    """Let others pass through the folders above `path` (a test's are root's own, 0700)
+    while members submit; put their modes back after."""
+    changed = [(folder, folder.stat().st_mode) for folder in path.parents if not folder.stat().st_mode & 0o001]
+    for folder, mode in changed:
+        folder.chmod(stat.S_IMODE(mode) | 0o001)
+    try:
+        yield
+    finally:
+        for folder, mode in changed:
+            folder.chmod(stat.S_IMODE(mode))
+
+
+def _cli(*args: str) -> None:
+    from supervisor.cli.program import main
+
+    if (code := main(list(args))) != 0:
+        raise SystemExit(f"forkvisor {args[0]} exited {code}")
+
+
+PREPARE: dict[str, Callable[[Path, Marks], None]] = {
     "harvest": _jobs_to_harvest,
     "operate": _jobs_to_operate,
     "reap": _job_to_interrupt(kill=True),
     "drain": _job_to_interrupt(kill=False),
+    "takein": _members_submissions,
 }
 
 
@@ -109,12 +163,8 @@ def _wait_for_run(queue_path: Path, job_id: str) -> None:
         time.sleep(0.01)  # a bounded wait for our own manager
 
 
-def _burst(queue_path: Path) -> None:
-    from supervisor.cli.program import main
-
-    code = main(["run", "--burst", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", str(queue_path)])
-    if code != 0:
-        raise SystemExit(code)
+def _burst(queue_path: Path, *options: str) -> None:
+    _cli("run", "--burst", "--app", APP, "--concurrency", "2", "--log-level", "WARNING", *options, str(queue_path))
 
 
 def harvest(queue_path: Path, marks: Marks) -> None:
@@ -124,7 +174,7 @@ def harvest(queue_path: Path, marks: Marks) -> None:
 def operate(queue_path: Path, marks: Marks) -> None:
     queue = Queue(queue_path)
     jobs = {job.spec.function + str(job.spec.args): job for state in State for job in queue.jobs(state)}
-    queue.cancel(jobs["crash.add(2, 2)"].id)
+    marks.ack("cancel", jobs["crash.add(2, 2)"].id, str(queue.cancel(jobs["crash.add(2, 2)"].id).value))
     marks.ack("reset", jobs["crash.broken()"].id)  # its counter starts again from 0 (an operator's retry)
     queue.retry(jobs["crash.broken()"].id)
     for job_id in queue.purge(State.DONE, older_than=0):
@@ -138,6 +188,10 @@ def reap(queue_path: Path, marks: Marks) -> None:
     _burst(queue_path)
 
 
+def takein(queue_path: Path, marks: Marks) -> None:
+    _burst(queue_path, *MEMBERS_BURST)
+
+
 def drain(queue_path: Path, marks: Marks) -> None:
     manager = _start_manager(queue_path)
     sleeper = next(job for job in Queue(queue_path).jobs(State.READY) if job.spec.function == "crash.sleeper")
@@ -147,7 +201,20 @@ def drain(queue_path: Path, marks: Marks) -> None:
         raise SystemExit(f"the drained manager exited {manager.returncode}")
 
 
-WORKLOADS = {"submit": submit, "harvest": harvest, "operate": operate, "reap": reap, "drain": drain}
+@dataclass(frozen=True)
+class Recovery:
+    """How a workload's crash states are recovered: the manager's `options` (as its own
+    manager had them), once the states are `aged` seconds old."""
+
+    options: tuple[str, ...] = ()
+    aged: float = 0.0
+
+
+# A take-in interrupted mid-way is finished once its `.taking.` file is STALE_TAKING old, by
+# its change time, which a copy of a state renews (a real disk keeps it): the states are
+# recovered that much later, as a host that comes back from a power cut finds them.
+RECOVERY = {"takein": Recovery(MEMBERS_BURST, aged=STALE_TAKING + 1)}
+WORKLOADS = {"submit": submit, "harvest": harvest, "operate": operate, "reap": reap, "drain": drain, "takein": takein}
 
 if __name__ == "__main__":
     name, folder, marks_path = sys.argv[1:4]

@@ -175,6 +175,31 @@ def test_a_member_may_cancel_their_own_jobs_and_no_one_elses(procs: Processes, s
     invariants.check_invariants(shared_queue, [alices, bobs])
 
 
+def test_a_member_s_queue_cancel_and_retry_in_python_ask_as_the_cli_does(procs: Processes, shared_queue: Path) -> None:
+    """Queue.cancel and Queue.retry of a member write their request to incoming/ (a member may
+    write nothing else): the same path as `forkvisor cancel`, not a PermissionError."""
+    code = (
+        "import sys; from jobs import Queue; q = Queue(sys.argv[1], create=False); "
+        "print(q.cancel(sys.argv[2]).value) if sys.argv[3] == 'cancel' else q.retry(sys.argv[2])"
+    )
+    job_id = python_as(
+        ALICE,
+        "import sys; from jobs import Queue; print(Queue(sys.argv[1], create=False).with_options(delay=3600)"
+        ".enqueue('sample.ok', 'x'))",
+        shared_queue,
+    ).stdout.strip()
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, job_id) is State.SCHEDULED, 20, "alice's job was taken in")
+    cancelled = python_as(ALICE, code, shared_queue, job_id, "cancel")
+    assert (cancelled.returncode, cancelled.stdout) == (0, "scheduled\n"), cancelled.stderr
+    wait_until(lambda: _state(shared_queue, job_id) is State.DEAD, 20, "her own job was cancelled, as she asked")
+    retried = python_as(ALICE, code, shared_queue, job_id, "retry")
+    assert retried.returncode == 0, retried.stderr
+    wait_until(lambda: _state(shared_queue, job_id) is State.DONE, 20, "and retried: ready again, and run")
+    _stop(procs, manager)
+    invariants.check_invariants(shared_queue, [job_id])
+
+
 def test_an_outsider_cannot_even_read_a_shared_queue(shared_queue: Path) -> None:
     for args in (("status", shared_queue), ("list", shared_queue)):
         done = run_as(EVE, *args)
