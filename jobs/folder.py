@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobs import access, config, document, files, moves
+from jobs import access, config, document, files, moves, reserve
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.fate import Cause
 from jobs.handles import OPEN_DIR, Dir, Entry
@@ -164,6 +164,7 @@ class QueueFolder:
         finally:
             os.unlink(tmp, dir_fd=root.fd)
         root.fsync()
+        reserve.keep(root, access.layout(shared).file)
 
     def _read_marker(self) -> dict[str, Any]:
         try:

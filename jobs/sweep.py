@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import depends, fate, files, moves, ticks, view
+from jobs import depends, fate, files, moves, reserve, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import (
     EVENTS_FILE,
@@ -110,6 +110,7 @@ def sweep(
         lambda: {"promoted": len(promote_due(folder, now, on_ready, skips))},
         lambda: {"abandoned": clear_tmp(folder, now, tmp_age, skips, on_ready)},
         lambda: {"settled": depends.repair(folder, now, on_ready, SETTLE_PER_SWEEP)},
+        lambda: _keep_reserve(folder),
     ]
     done: dict[str, int] = {}
     failure: BaseException | None = None
@@ -410,6 +411,11 @@ def _age(place: Entry, now: float) -> float:
         return 0.0  # published or removed while we looked
 
 
+def _keep_reserve(folder: QueueFolder) -> dict[str, int]:
+    reserve.keep(folder.root, folder.file_mode)  # (made again after a purge on a full disk used it)
+    return {}
+
+
 def purge(
     folder: QueueFolder, state: State, older_than: float, now: float, dry_run: bool, budget: int | None = None
 ) -> list[str]:
@@ -424,30 +430,37 @@ def purge(
     for place, job_id in victims:
         doomed = folder.tmp / f"{PURGE_PREFIX}{job_id}"
         # The record first: a job never vanishes unrecorded. On a full disk its line may need a
-        # block that only deleting can free: free the job's own output first (it is going anyway).
-        _when_full_free_first(place, functools.partial(_record_purge, folder, job_id, state.value, now))
+        # block that only deleting can free: the room kept for purges, or the job's own output.
+        _when_full_make_room(folder, place, functools.partial(_record_purge, folder, job_id, state.value, now))
         try:
-            _when_full_free_first(place, functools.partial(moves.move_on, place, doomed, folder.durable))
+            _when_full_make_room(folder, place, functools.partial(moves.move_on, place, doomed, folder.durable))
         except FileNotFoundError:
             continue
         files.remove_quietly(doomed.name, budget, doomed.dir.fd)
         purged.append(job_id)
+    if purged:
+        reserve.keep(folder.root, folder.file_mode)  # (if this purge used it)
     return sorted(purged)
 
 
 TREE_BUDGET = 2_000  # entries of one purged tree a sweep removes, at most (about 0.2 s)
 
 
-def _when_full_free_first(place: Entry, step: Callable[[], None]) -> None:
-    """Run `step`; if the disk is full, delete the output files of the job at `place` and run it again."""
-    try:
-        step()
-    except OSError as exc:
-        if exc.errno not in FULL:
-            raise
-        log.warning("the disk holding %s is full: deleting the output of %s first", place.dir.path, place.name)
-        _free_output(place)
-        step()
+def _when_full_make_room(folder: QueueFolder, place: Entry, step: Callable[[], None]) -> None:
+    """Run `step`; while the disk is full, make room and run it again: delete the room kept
+    for purges (`jobs.reserve`), then the output files of the job at `place` (it is going)."""
+    remedies: list[Callable[[], object]] = [
+        functools.partial(reserve.release, folder.root),
+        functools.partial(_free_output, place),
+    ]
+    while True:
+        try:
+            return step()
+        except OSError as exc:
+            if exc.errno not in FULL or not remedies:
+                raise
+        log.warning("the disk holding %s is full: making room to purge %s", place.dir.path, place.name)
+        remedies.pop(0)()
 
 
 def _free_output(place: Entry) -> None:

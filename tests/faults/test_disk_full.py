@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from jobs import Call, Queue, QueueError, State
+from jobs import Call, Queue, QueueError, State, unknown_liveness
+from jobs.reserve import RESERVE_FILE, RESERVE_SIZE
 from tests import sample_jobs
 from tests.faults import fault_jobs
 from tests.faults.conftest import Tmpfs, start_manager, step_cpu
@@ -216,6 +218,25 @@ def _done_jobs_with_output(queue: Queue, count: int, size: int) -> list[str]:
         os.rename(ready, queue.path / "done" / job_id)
         ids.append(job_id)
     return ids
+
+
+def test_purge_frees_a_full_disk_of_jobs_with_no_output(tmpfs: Tmpfs) -> None:
+    """Jobs with nothing to delete but their records: the purge's own line is written in the
+    room the queue keeps for it (jobs.reserve), and kept again once the purge freed room."""
+    queue = Queue(tmpfs.path / "queue")
+    assert (queue.path / RESERVE_FILE).stat().st_size == RESERVE_SIZE, "a new queue keeps room for purges"
+    purged_ids = _done_jobs_with_output(queue, 3, 0)
+    filler = tmpfs.fill()
+    done = _cli("purge", str(queue.path), "--state", "done", "--older-than", "0s")
+    assert done.returncode == 0, done
+    assert done.stdout.startswith("purged 3 done job(s)"), done
+    logged = (queue.path / "purged.log").read_text().splitlines()
+    assert sorted(line.split()[-1] for line in logged) == sorted(purged_ids), "every purged job is recorded"
+    assert (queue.path / RESERVE_FILE).stat().st_size == RESERVE_SIZE, "kept again, in the room the purge freed"
+    (queue.path / RESERVE_FILE).unlink()
+    filler.unlink()
+    queue.sweep(time.time(), unknown_liveness)
+    assert (queue.path / RESERVE_FILE).stat().st_size == RESERVE_SIZE, "and a sweep keeps it if it is missing"
 
 
 def test_purge_frees_space_on_a_full_disk(tmpfs: Tmpfs) -> None:

@@ -49,7 +49,7 @@ def test_create_makes_the_state_folders_and_the_marker(tmp_path: Path) -> None:
     path = tmp_path / "q"
     queue = Queue(path, create=True)
     assert queue.path == path
-    assert sorted(os.listdir(path)) == sorted([*STATE_FOLDERS, "queue.json"])
+    assert sorted(os.listdir(path)) == sorted([*STATE_FOLDERS, "queue.json", ".purge-reserve"])
     assert all((path / name).is_dir() for name in STATE_FOLDERS)
     marker = json.loads((path / "queue.json").read_text())
     assert marker["kind"] == "forkvisor-queue"

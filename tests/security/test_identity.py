@@ -222,10 +222,15 @@ def test_a_forged_submitter_in_a_refused_submission_is_never_believed(roots_queu
     recorded = json.loads((dead.path / "job.json").read_text())
     assert recorded["submitted_by"]["uid"] == _uid(BOB), "the folder's owner, never the text"
     assert json.loads((dead.path / "submission.json").read_text()) == forged, "bob's text, kept aside"
-    for retry in (python_as(ALICE, RETRY, roots_queue, planted), as_root("retry", roots_queue, planted)):
-        assert retry.returncode != 0, "neither alice nor root can retry what never was a job"
-        assert f"cannot retry job {planted}: job.json has no" in retry.stderr, retry.stderr
-    assert queue.job(planted).state is State.DEAD
+    retry = as_root("retry", roots_queue, planted)
+    assert retry.returncode != 0, "root cannot retry what never was a job"
+    assert f"cannot retry job {planted}: job.json has no" in retry.stderr, retry.stderr
+    asked = python_as(ALICE, RETRY, roots_queue, planted)
+    assert asked.returncode == 0, "alice may ask (a member's retry is a request): refusing is the managers'"
+    assert _serve(roots_queue, "--commands").returncode == 0
+    assert queue.job(planted).state is State.DEAD, "nor does alice's request retry it"
+    notes = [path.read_text() for path in (roots_queue / "quarantine").glob("*.why")]
+    assert any(f"retry of job {planted} by {ALICE}" in note for note in notes), notes
     invariants.check_invariants(roots_queue, [planted])
 
 
