@@ -20,6 +20,7 @@ is told by forkvisor (an id returned: the job is acknowledged) it writes to MARK
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import stat
@@ -135,7 +136,9 @@ def _reachable_by_members(path: Path) -> Iterator[None]:
 def _cli(*args: str) -> None:
     from supervisor.cli.program import main
 
-    if (code := main(list(args))) != 0:
+    with contextlib.redirect_stdout(io.StringIO()):  # (what it says is not the workload's output)
+        code = main(list(args))
+    if code != 0:
         raise SystemExit(f"forkvisor {args[0]} exited {code}")
 
 
