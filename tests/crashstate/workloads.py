@@ -7,8 +7,9 @@ is told by forkvisor (an id returned: the job is acknowledged) it writes to MARK
 - harvest: a manager in --burst mode over jobs that succeed, fail then succeed (a retry),
   fail every attempt (buried), and refuse (CannotComplete): claim, harvest (done, retry,
   dead), dependents settled, the sweeper's promotion
-- operate: an operator's cancel and retry, a purge of done jobs, a schedule's tick fired,
-  a sweep that promotes a due job
+- operate: an operator's cancel and retry, a purge of done jobs (a part at a time, as the
+  sweeper's retention does), a schedule's tick fired, a sweep that promotes a due job and
+  finishes the purge
 - reap: a manager SIGKILLed while its job ran (before the trace), then a successor in
   --burst mode that reaps its claim and runs the job again
 - drain: a manager drained (SIGTERM) while its job runs: the run is released, uncounted
@@ -180,7 +181,7 @@ def operate(queue_path: Path, marks: Marks) -> None:
     marks.ack("cancel", jobs["crash.add(2, 2)"].id, str(queue.cancel(jobs["crash.add(2, 2)"].id).value))
     marks.ack("reset", jobs["crash.broken()"].id)  # its counter starts again from 0 (an operator's retry)
     queue.retry(jobs["crash.broken()"].id)
-    for job_id in queue.purge(State.DONE, older_than=0):
+    for job_id in queue.purge(State.DONE, older_than=0, budget=1):  # as retention does: sweeps finish it
         marks.ack("purged", job_id)
     queue.planner().fire(time.time(), time.monotonic())
     marks.ack("tick", queue.schedule("tick").last_job or "-")
