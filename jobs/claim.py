@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from jobs import depends, fate, files, moves, view
+from jobs import counter, depends, fate, files, moves, view
 from jobs.errors import ClaimLost, InternalError, InvalidJob, JobsError, MoveCollision, UnsupportedFormat
 from jobs.fate import Cause, RunEnd, Verdict
 from jobs.folder import (
@@ -257,7 +257,7 @@ class Claimer:
                 self._not_yet(place, job_id, spec, found, now)  # written into ready/ by hand, say
                 return None
             try:
-                used = self.folder.read_counter(job)
+                used = counter.used(job)
             except InvalidJob as exc:
                 self._bury(place, job_id, fate.invalid(str(exc)), now)
                 return None
@@ -267,7 +267,7 @@ class Claimer:
                 self._bury(place, job_id, dead, now)
                 return None
             files.checkpoint("claim:judged")
-            self.folder.write_counter_at(place, used + 1, job)  # counted before the fork
+            counter.count_run(self.folder, place, job, used)  # counted before the fork
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")
@@ -402,7 +402,7 @@ class Claimer:
             self._bury(claim.place, claim.job_id, dead, now, claim)
             return State.DEAD
         try:
-            self.folder.write_counter_at(claim.place, max(0, claim.attempt - 1), job)
+            counter.give_back(self.folder, claim.place, job, claim.attempt)
         except FileNotFoundError:
             raise self._lost(claim, "release") from None
         files.checkpoint("release:uncounted")

@@ -82,14 +82,14 @@ class QueueFolder:
         self.durable = durable
         self._dirs: dict[str, Dir] = {}
         try:
-            self.root = self._open_root(create, shared)
+            self.root = _open_root(self.path, create, shared)
             marker = self._open_or_create(create, shared)
         except PermissionError as exc:
             where = "" if exc.filename in (None, os.fspath(self.path)) else f" ({exc.filename})"
             raise QueueError(f"cannot open queue {self.path}: {exc.strerror}{where}") from None
         self.shared = marker.get("shared", False) is True
         self.layout = access.layout(self.shared)
-        self.stored_settings = self._settings(marker)  # what queue.json sets
+        self.stored_settings = _settings(self.path, marker)  # what queue.json sets
         self.settings = config.effective(self.stored_settings)  # and the built-in values for the rest
         self.dir_mode = self.layout.folder
         self.file_mode = self.layout.file
@@ -105,82 +105,14 @@ class QueueFolder:
             except (QueueError, PermissionError):
                 continue
 
-    # -- opening -----------------------------------------------------------
-
-    def _open_root(self, create: bool, shared: bool) -> Dir:
-        try:
-            return Dir.open(self.path, follow=True)
-        except FileNotFoundError:
-            if not create:
-                raise QueueError(
-                    f"cannot open queue {self.path}: no such folder (create it with `forkvisor init`)"
-                ) from None
-        except NotADirectoryError:
-            if os.path.lexists(self.path) or not create:
-                raise QueueError(f"cannot open queue {self.path}: it is not a folder") from None
-        try:
-            _make_parents(self.path.parent)
-            os.mkdir(self.path, access.layout(shared).root)
-        except FileExistsError:
-            pass  # made meanwhile by another creator
-        except OSError as exc:
-            raise storage_error(exc, "create queue", self.path) from None
-        root = Dir.open(self.path, follow=True)
-        if os.fstat(root.fd).st_uid == os.geteuid():
-            os.fchmod(root.fd, access.layout(shared).root)  # the umask must not narrow a shared queue
-        return root
-
     def _open_or_create(self, create: bool, shared: bool) -> dict[str, Any]:
         if not self.root.exists(MARKER):
             if not create:
                 raise QueueError(f"cannot open queue {self.path}: no {MARKER}, so it is not a queue")
-            self._initialise(shared)
-        marker = self._read_marker()
+            _initialise(self.root, self.path, shared)
+        marker = _read_marker(self.root, self.path)
         if self.owned():  # only the owner makes folders; a member or a reader does without
             self._ensure_state_folders(access.layout(marker.get("shared", False) is True))
-        return marker
-
-    def _initialise(self, shared: bool) -> None:
-        root = self.root
-        stray = sorted(name for name in root.names() if name != MARKER and not _is_marker_staging(name))
-        if stray:
-            raise QueueError(
-                f"cannot create a queue in {self.path}: the folder is not empty and has no {MARKER} "
-                f"(found {', '.join(stray[:5])}); use an empty or new folder"
-            )
-        document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": {}}
-        data = json.dumps(document, indent=1).encode() + b"\n"
-        tmp = f".{MARKER}.{os.getpid()}.tmp"
-        files.unlink_if_there(tmp, root.fd)  # left by an earlier attempt of this pid
-        try:
-            files.write_new(tmp, data, durable=True, mode=access.layout(shared).marker, dir_fd=root.fd)
-        except OSError as exc:
-            files.unlink_if_there(tmp, root.fd)  # a failed init (disk full) must not block the next one
-            raise storage_error(exc, "create queue", self.path) from None
-        try:
-            os.link(tmp, MARKER, src_dir_fd=root.fd, dst_dir_fd=root.fd)  # link: a racing creator's marker wins
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp, dir_fd=root.fd)
-        root.fsync()
-        reserve.keep(root, access.layout(shared).file)
-
-    def _read_marker(self) -> dict[str, Any]:
-        try:
-            marker = document.read(MARKER, 1 << 20, MARKER, self.root.fd)
-        except (OSError, InvalidJob) as exc:
-            raise QueueError(f"cannot open queue {self.path}: {MARKER} is unreadable ({exc})") from None
-        if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
-            raise QueueError(f"cannot open queue {self.path}: {MARKER} does not mark a forkvisor queue")
-        version = marker.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise QueueError(f"cannot open queue {self.path}: {MARKER} has no valid version (got {version!r})")
-        if version > FORMAT_VERSION:
-            raise QueueError(
-                f"cannot open queue {self.path}: it has format version {version!r}, and this forkvisor "
-                f"reads up to version {FORMAT_VERSION}; upgrade forkvisor"
-            )
         return marker
 
     def _ensure_state_folders(self, shape: access.Layout) -> None:
@@ -230,32 +162,21 @@ class QueueFolder:
         """Give the queue folder, its marker and its state folders the modes of its layout."""
         return access.tighten(self.root, MARKER, list(FOLDERS), self.layout)
 
-    def _settings(self, marker: dict[str, Any]) -> dict[str, Any]:
-        stored = marker.get("defaults", {})
-        if not isinstance(stored, dict):
-            raise QueueError(f'cannot open queue {self.path}: {MARKER} "defaults" must be a JSON object')
-        try:
-            return config.stored(stored)
-        except InvalidJob as exc:
-            raise QueueError(
-                f"cannot open queue {self.path}: {MARKER} has a bad setting: {exc}; fix it with `forkvisor config`"
-            ) from None
-
     def write_settings(self, changes: dict[str, Any]) -> None:
         """Check and store new settings in `queue.json` (see `jobs.config`); a value of
         None unsets one (it takes the built-in value again)."""
         checked = {key: _checked_or_unset(key, value) for key, value in changes.items()}
-        marker = self._read_marker()
+        marker = _read_marker(self.root, self.path)
         current = marker.get("defaults", {})
         marker["defaults"] = {key: value for key, value in {**current, **checked}.items() if value is not None}
         data = json.dumps(marker, indent=1).encode() + b"\n"
         files.replace_file(MARKER, data, durable=True, mode=self.layout.marker, dir_fd=self.root.fd)
-        self.stored_settings = self._settings(marker)
+        self.stored_settings = _settings(self.path, marker)
         self.settings = config.effective(self.stored_settings)
 
     def reload_settings(self) -> bool:
         """Read `queue.json` again (an operator may have changed a setting); whether it changed."""
-        stored = self._settings(self._read_marker())
+        stored = _settings(self.path, _read_marker(self.root, self.path))
         changed = stored != self.stored_settings
         self.stored_settings, self.settings = stored, config.effective(stored)
         return changed
@@ -360,43 +281,6 @@ class QueueFolder:
             raise InvalidJob(f"job {job_id}: cannot read {SPEC_FILE}: {exc.strerror or exc}") from None
         return JobSpec.from_json(data, job_id)
 
-    def read_counter(self, job: Dir) -> int:
-        """Attempts used so far (the `attempts` file; missing means 0).
-
-        Raises InvalidJob when the file is unreadable or not a number: reading it
-        as 0 would hand a crash-looping job a fresh set of attempts.
-        """
-        try:
-            text = files.read_limited(COUNTER_FILE, 64, job.fd).decode("ascii", "replace").strip()
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise InvalidJob(f"cannot read the attempts counter of {_name(job.path)}: {exc.strerror or exc}") from None
-        if not text.isdigit():
-            raise InvalidJob(f"the attempts counter of {_name(job.path)} holds {text[:20]!r}, not a number")
-        return int(text)
-
-    def write_counter(self, job: Dir, value: int) -> None:
-        self.replace_file(job / COUNTER_FILE, f"{value}\n".encode())
-
-    def write_counter_at(self, place: Entry, value: int, job: Dir) -> None:
-        """Write the counter of the claimed job at `place` (opened as `job`) through its path:
-        if a sweep has taken the job away meanwhile (its owner stood still past its lease),
-        the rename finds no `place` and nothing is counted in a job that is no longer the
-        writer's (FileNotFoundError). Through the handle, a stale count would land wherever
-        the job went, over its new owner's."""
-        try:
-            files.replace_file(
-                f"{place.name}/{COUNTER_FILE}",
-                f"{value}\n".encode(),
-                durable=self.durable,
-                mode=self.file_mode,
-                dir_fd=place.dir.fd,
-            )
-        except FileNotFoundError:
-            files.unlink_if_there(files.staging_name(COUNTER_FILE), job.fd)  # ours, wherever the job is now
-            raise
-
     def log_event(self, job: Dir, event: str, now: float) -> None:
         """Append one line to the job's `events` log; the log is informative, so a
         failure to write it is logged, never raised."""
@@ -496,6 +380,91 @@ def _checked_or_unset(key: str, value: Any) -> Any:
         config.check_key(key)
         return None
     return config.checked(key, value)
+
+
+# -- opening a queue's folder ---------------------------------------------------------------
+
+
+def _open_root(path: Path, create: bool, shared: bool) -> Dir:
+    """The queue's folder, opened (made first, if asked, with the mode its kind needs)."""
+    try:
+        return Dir.open(path, follow=True)
+    except FileNotFoundError:
+        if not create:
+            raise QueueError(f"cannot open queue {path}: no such folder (create it with `forkvisor init`)") from None
+    except NotADirectoryError:
+        if os.path.lexists(path) or not create:
+            raise QueueError(f"cannot open queue {path}: it is not a folder") from None
+    try:
+        _make_parents(path.parent)
+        os.mkdir(path, access.layout(shared).root)
+    except FileExistsError:
+        pass  # made meanwhile by another creator
+    except OSError as exc:
+        raise storage_error(exc, "create queue", path) from None
+    root = Dir.open(path, follow=True)
+    if os.fstat(root.fd).st_uid == os.geteuid():
+        os.fchmod(root.fd, access.layout(shared).root)  # the umask must not narrow a shared queue
+    return root
+
+
+def _initialise(root: Dir, path: Path, shared: bool) -> None:
+    """Make the folder a queue: its marker, linked into place (a racing creator's wins), durable."""
+    stray = sorted(name for name in root.names() if name != MARKER and not _is_marker_staging(name))
+    if stray:
+        raise QueueError(
+            f"cannot create a queue in {path}: the folder is not empty and has no {MARKER} "
+            f"(found {', '.join(stray[:5])}); use an empty or new folder"
+        )
+    document = {"kind": MARKER_KIND, "version": FORMAT_VERSION, "shared": shared, "defaults": {}}
+    data = json.dumps(document, indent=1).encode() + b"\n"
+    tmp = f".{MARKER}.{os.getpid()}.tmp"
+    files.unlink_if_there(tmp, root.fd)  # left by an earlier attempt of this pid
+    try:
+        files.write_new(tmp, data, durable=True, mode=access.layout(shared).marker, dir_fd=root.fd)
+    except OSError as exc:
+        files.unlink_if_there(tmp, root.fd)  # a failed init (disk full) must not block the next one
+        raise storage_error(exc, "create queue", path) from None
+    try:
+        os.link(tmp, MARKER, src_dir_fd=root.fd, dst_dir_fd=root.fd)  # link: a racing creator's marker wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp, dir_fd=root.fd)
+    root.fsync()
+    reserve.keep(root, access.layout(shared).file)
+
+
+def _read_marker(root: Dir, path: Path) -> dict[str, Any]:
+    """`queue.json`, checked: a forkvisor queue's marker, of a format this version reads."""
+    try:
+        marker = document.read(MARKER, 1 << 20, MARKER, root.fd)
+    except (OSError, InvalidJob) as exc:
+        raise QueueError(f"cannot open queue {path}: {MARKER} is unreadable ({exc})") from None
+    if not isinstance(marker, dict) or marker.get("kind") != MARKER_KIND:
+        raise QueueError(f"cannot open queue {path}: {MARKER} does not mark a forkvisor queue")
+    version = marker.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise QueueError(f"cannot open queue {path}: {MARKER} has no valid version (got {version!r})")
+    if version > FORMAT_VERSION:
+        raise QueueError(
+            f"cannot open queue {path}: it has format version {version!r}, and this forkvisor "
+            f"reads up to version {FORMAT_VERSION}; upgrade forkvisor"
+        )
+    return marker
+
+
+def _settings(path: Path, marker: dict[str, Any]) -> dict[str, Any]:
+    """The settings `queue.json` stores, checked."""
+    stored = marker.get("defaults", {})
+    if not isinstance(stored, dict):
+        raise QueueError(f'cannot open queue {path}: {MARKER} "defaults" must be a JSON object')
+    try:
+        return config.stored(stored)
+    except InvalidJob as exc:
+        raise QueueError(
+            f"cannot open queue {path}: {MARKER} has a bad setting: {exc}; fix it with `forkvisor config`"
+        ) from None
 
 
 def _name(path: files.StrPath) -> str:

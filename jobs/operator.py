@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from jobs import depends, fate, files, keys, moves, view
+from jobs import counter, depends, fate, files, keys, moves, view
 from jobs.errors import InvalidJob, WrongState
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, QueueFolder
 from jobs.job import State, ready_name
@@ -82,7 +82,7 @@ def retry(folder: QueueFolder, job_id: str, now: float, on_ready: Callable[[str]
             raise WrongState(
                 f"cannot retry job {job_id}: its key {spec.key!r} is held by job {holder}, which is not finished"
             )
-        folder.write_counter(job, 0)
+        counter.reset(folder, job)
         folder.clear_the_way(job, CANCEL_FILE, now)
         files.unlink_if_there(CANCEL_FILE, job.fd)
         if spec.depends_on:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from jobs import depends, fate, files, moves, reserve, ticks, view
+from jobs import counter, depends, fate, files, moves, reserve, ticks, view
 from jobs.errors import FULL, InvalidJob, JobsError, MoveCollision, UnsupportedFormat, WrongState
 from jobs.folder import (
     EVENTS_FILE,
@@ -285,7 +285,7 @@ class _Reverter:
         with place.open() as job:
             try:
                 spec = folder.read_spec(job, job_id)
-                used = folder.read_counter(job)
+                used = counter.used(job)
             except UnsupportedFormat:
                 spec, used = None, 0  # a newer forkvisor's job: back to ready/ for a manager that reads it
             except InvalidJob as exc:

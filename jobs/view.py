@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import document, files, submissions
+from jobs import counter, document, files, submissions
 from jobs.errors import InvalidJob, JobNotFound
 from jobs.folder import ERROR_FILE, OUTCOME_FILE, RESULT_FILE, QueueFolder, frozen_run
 from jobs.handles import Dir, Entry
@@ -308,7 +308,7 @@ def read_moving(folder: QueueFolder, state: State, place: Entry) -> Job | None:
 
 def _counter_or_zero(folder: QueueFolder, job: Dir) -> int:
     try:
-        return folder.read_counter(job)
+        return counter.used(job)
     except InvalidJob:
         return 0  # a reader shows the job; the next claim or sweep buries it with the cause
 

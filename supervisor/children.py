@@ -160,6 +160,15 @@ class Children:
         running.lost = True
         self._signal(running, signal.SIGKILL)
 
+    def kill_all_and_reap(self, on_exit: Callable[[Running | None, forking.ExitStatus], None]) -> None:
+        """SIGKILL every job and reap them all (each exit to `on_exit`), for a moment at most."""
+        self.kill_all()
+        deadline = time.monotonic() + self.kill_grace + 5
+        while self.running and time.monotonic() < deadline:
+            time.sleep(0.01)  # SIGKILLed: gone in a moment
+            for running, status in self.reaped():
+                on_exit(running, status)
+
     def kill_all(self) -> None:
         """SIGKILL every job now (a second SIGTERM, or the manager closing): each goes back unfinished."""
         for running in self.running.values():

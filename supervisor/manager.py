@@ -39,20 +39,20 @@ from jobs import Owner, Queue, Registry
 from supervisor import containment, forking, logfiles, privileges, titles
 from supervisor.budget import Budget
 from supervisor.children import Children
-from supervisor.errors import InternalError, Stalled
+from supervisor.display import Display
 from supervisor.launch import check_root
-from supervisor.notify import Notifier
 from supervisor.queue_list import QueueLike, open_queues, queue_caps
 from supervisor.running import Running
-from supervisor.served import Served
-from supervisor.settings import Settings, for_queue
-from supervisor.spawner import Spawner
-from supervisor.titles import ManagerTitle
+from supervisor.served import serve
+from supervisor.settings import Settings
 from supervisor.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Manager", "Phase", "Settings"]
+
+
+_SERVING = "manager serving %s with concurrency %d; runs contained by %s"
 
 
 class Phase(Enum):
@@ -89,36 +89,19 @@ class Manager:
         check_root(options.run_as_submitter, options.members_as_root, opened)
         titles.prepare()  # before the environment changes (below), or no title would ever show
         privileges.forget_own_variables(os.environ)  # read by now; no job inherits them
-        caps = queue_caps(opened, queue_concurrency or {})
-        own = [for_queue(queue, settings) for queue in opened]  # each queue's settings
-        spawner = Spawner.find() if any(each.commands for each in own) else None
         self.containment = containment.detect(options.containment)
         self.containment.prune()  # what dead managers of this host left empty
-        several = len(opened) > 1  # then log lines say which queue a job came from
-        self.served = tuple(
-            Served(
-                index,
-                queue,
-                self.registry,
-                own[index],
-                caps.get(index),
-                self.request_drain,
-                label=str(queue.path) if several else "",
-                spawner=spawner,
-                containment=self.containment,
-            )
-            for index, queue in enumerate(opened)
-        )
+        caps = queue_caps(opened, queue_concurrency or {})
+        self.served = serve(opened, self.registry, settings, caps, self.request_drain, self.containment)
         self.phase = Phase.NEW
         self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
         self.children.strays = self.containment.mode == "processes"  # orphans found by their mark
-        self.children.others = self._sweeper_pids  # children that are not orphans: not looked at
+        self.children.others = self.served.sweeper_pids  # children that are not orphans: not looked at
         self.wakeups = Wakeups(opened, options.poll_interval)
         self.children.on_start = self.wakeups.follow_job  # an operator's cancel reaches a job at once
         self.children.on_end = self.wakeups.forget_job
-        self.notifier = Notifier()  # systemd's Type=notify, when it asked
         self.budget = Budget(options.max_jobs, options.max_runtime)
-        self.title = ManagerTitle(" ".join(str(queue.path) for queue in opened), options.concurrency)
+        self.display = Display(self.served, options.concurrency)
 
     @property
     def queue(self) -> Queue:
@@ -132,59 +115,35 @@ class Manager:
     @property
     def owner(self) -> Owner:
         """This manager as an owner of its (first) queue; `served[i].tenancy.owner` for the others."""
-        owner = self.served[0].tenancy.owner
-        if owner is None:
-            raise InternalError("the manager registers as an owner when it starts")
-        return owner
+        return self.served.owner()
 
     @property
     def draining(self) -> bool:
         """Claiming nothing more: draining or stopping."""
         return self.phase in (Phase.DRAINING, Phase.STOPPING)
 
-    def _sweeper_pids(self) -> set[int]:
-        return {served.sweeper.pid for served in self.served if served.sweeper.pid is not None}
-
     @property
     def sweeper_pid(self) -> int | None:
         """The pid of the (first) queue's sweeper."""
         return self.served[0].sweeper.pid
-
-    @property
-    def _awaiting_cancel(self) -> bool:
-        """A child killed from outside waits to be judged: a cancel may be under way."""
-        return any(served.outcomes.awaiting_cancel for served in self.served)
 
     # -- life cycle ----------------------------------------------------------------
 
     def start(self) -> None:
         """Install signal handling, register as an owner of each queue, start watching and the sweepers."""
         self.wakeups.open_signals()  # first: a SIGTERM from now on drains instead of killing
-        registered: list[Served] = []
         try:
-            for served in self.served:
-                served.register_at_start()
-                registered.append(served)
-            self.wakeups.open_watch()
+            self.served.register(self.settings.kill_grace, then=self.wakeups.open_watch)
         except BaseException:
-            for served in registered:  # a queue refused: the ones registered already are left clean
-                served.close(self.settings.kill_grace)
             self.wakeups.close()
             raise
         forking.become_subreaper()
         self.phase = Phase.SERVING
         now = time.monotonic()
         self.budget.start(now)
-        for served in self.served:
-            served.sweeper.keep(now, self.wakeups.fds)
-        self._set_title()
-        self.notifier.ready(self._status_text())
-        log.info(
-            "manager serving %s with concurrency %d; runs contained by %s",
-            ", ".join(map(_described, self.served)),
-            self.settings.concurrency,
-            self.containment.describe(),
-        )
+        self.served.start_sweepers(now, self.wakeups.fds)
+        self.display.ready(len(self.running), self.draining)
+        log.info(_SERVING, self.served.described(), self.settings.concurrency, self.containment.describe())
 
     def run(self, burst: bool = False) -> int:
         """Serve the queues until drained (or, with `burst`, until nothing is left); return 0."""
@@ -194,40 +153,25 @@ class Manager:
                 self.step(timeout=None)
         finally:
             self.close()
-        for served in self.served:
-            if served.replaced is not None:
-                raise served.replaced
-        if not burst:
-            return 0
-        timeout = self.settings.stall_timeout
-        for served in self.served:
-            if served.health.stalled(timeout):
-                raise Stalled(
-                    f"gave up on {served.queue.path} after {timeout:g}s in which every change to it failed: "
-                    f"{served.health.last_failure}; jobs not finished stay where they are for the next manager"
-                )
-        for served in self.served:
-            served.leftovers.say_what_is_left(served.paused)
+        self.served.after_run(burst, self.settings.stall_timeout)
         return 0
 
     def finished(self, burst: bool) -> bool:
-        if self.running or self._awaiting_cancel:
+        if self.running or self.served.awaiting_cancel:
             return False
         if self.phase is not Phase.SERVING:
             return True
-        return burst and all(served.finished_burst(self.settings.stall_timeout) for served in self.served)
+        return burst and self.served.finished_burst(self.settings.stall_timeout)
 
     def close(self) -> None:
         """Stop the sweepers, release what is still running, retire the owner folders."""
         if self.phase in (Phase.NEW, Phase.CLOSED):
             return
         try:
-            for served in self.served:
-                served.outcomes.release_suspended()  # a manager that closes holding one is being cancelled too
-            self._kill_all_and_reap()
+            self.served.release_suspended()  # a manager that closes holding one is being cancelled too
+            self.children.kill_all_and_reap(self._on_exit)
             self.children.end_leftovers(self.settings.kill_grace)
-            for served in self.served:
-                served.close(self.settings.kill_grace)
+            self.served.close(self.settings.kill_grace)
         finally:
             self.wakeups.close()
             self.phase = Phase.CLOSED
@@ -240,25 +184,15 @@ class Manager:
         log.info("draining (%s): %d job(s) running, claiming no more", why, len(self.running))
         self.phase = Phase.DRAINING
         self.children.drain(time.monotonic(), self.settings.drain_timeout)
-        for served in self.served:
-            served.outcomes.release_suspended()  # children killed just before: the same cancel
-        self._set_title()
-        self.notifier.stopping(self._status_text())
+        self.served.release_suspended()  # children killed just before: the same cancel
+        self.display.stopping(len(self.running), self.draining)
 
     def stop_now(self, why: str) -> None:
         """Stop every running job at once and put it back in its queue."""
         log.warning("stopping now (%s): releasing %d running job(s)", why, len(self.running))
         self.phase = Phase.STOPPING
-        for served in self.served:
-            served.outcomes.release_suspended()
-        self._kill_all_and_reap()
-
-    def _kill_all_and_reap(self) -> None:
-        self.children.kill_all()
-        deadline = time.monotonic() + self.settings.kill_grace + 5
-        while self.running and time.monotonic() < deadline:
-            time.sleep(0.01)  # SIGKILLed: gone in a moment
-            self._reap()
+        self.served.release_suspended()
+        self.children.kill_all_and_reap(self._on_exit)
 
     # -- one turn of the loop ------------------------------------------------------------
 
@@ -267,25 +201,17 @@ class Manager:
         woken = self.wakeups.wait(self._wait_time(time.monotonic(), timeout))
         now = time.monotonic()
         self._on_signals(woken.signals)
-        for served, news in zip(self.served, woken.queues, strict=True):
-            served.on_news(news)
-            served.take_in(self.draining)
+        self.served.on_news(woken.queues, self.draining)
         self._reap()
-        for served in self.served:
-            served.outcomes.judge_suspended(now)
-            served.outcomes.retry_stranded()
-            served.outcomes.promote_retries()
+        self.served.after_reaping(now)
         self.children.enforce(now)
-        for served in self.served:
-            served.keep_lease(now, self.children)
-            if self.phase is not Phase.STOPPING:
-                served.sweeper.keep(now, self.wakeups.fds)
+        self.served.keep(now, self.children, self.wakeups.fds, sweepers=self.phase is not Phase.STOPPING)
         self._start_jobs()
         if self.budget.limited and (spent := self.budget.spent(time.monotonic())) is not None:
             self.request_drain(spent)
-        self._set_title(now)
-        if self.notifier.enabled:  # (checked here: every call on the loop's path costs, see PERFORMANCE.md)
-            self.notifier.tick(now)
+        self.display.refresh(len(self.running), self.draining, now)
+        if self.display.notifier.enabled:  # (checked here: every call on the loop's path costs, see PERFORMANCE.md)
+            self.display.notifier.tick(now)
 
     def _wait_time(self, now: float, timeout: float | None) -> float:
         """Until the earliest deadline of any part (`timeout` at most)."""
@@ -293,16 +219,10 @@ class Manager:
             self.wakeups.next_poll,
             self.children.next_deadline(now),
             self.budget.ends_at if self.phase is Phase.SERVING else float("inf"),
+            self.display.next_deadline(),
         )
-        if self.notifier.enabled:
-            soonest = min(soonest, self.notifier.next_deadline())
-        sweepers_wanted = self.phase is not Phase.STOPPING
-        for served in self.served:
-            soonest = min(soonest, served.next_deadline(now, sweepers_wanted))
-            if served.take_in_due and not self.draining:
-                soonest = now  # the last take-in stopped at its budget
-            elif served.queue.more_to_examine and self._can_start_more(now) and served.may_claim(self.children):
-                soonest = now  # the last claim stopped at its budget
+        may_start = lambda served: self._can_start_more(now) and served.may_claim(self.children)  # noqa: E731
+        soonest = min(soonest, self.served.soonest(now, self.phase is not Phase.STOPPING, self.draining, may_start))
         wait = max(0.0, soonest - now)
         return wait if timeout is None else min(wait, timeout)
 
@@ -320,17 +240,15 @@ class Manager:
 
     def _reap(self) -> None:
         for running, status in self.children.reaped():
-            if running is not None:
-                self.served[running.queue].outcomes.harvest(running, status, self.draining)
-            else:  # a sweeper: which queue's restarts it
-                for served in self.served:
-                    if served.sweeper_died(status, time.monotonic()):
-                        break
+            self._on_exit(running, status)
+
+    def _on_exit(self, running: Running | None, status: forking.ExitStatus) -> None:
+        self.served.on_exit(running, status, self.draining, time.monotonic())
 
     # -- starting jobs -------------------------------------------------------------
 
     def _can_start_more(self, now: float) -> bool:
-        if self.phase is not Phase.SERVING or self._awaiting_cancel:
+        if self.phase is not Phase.SERVING or self.served.awaiting_cancel:
             return False  # (holding: a cancel may be under way)
         return self.children.has_room(now) and self.budget.allows_another()
 
@@ -345,23 +263,4 @@ class Manager:
     # -- status ---------------------------------------------------------------------
 
     def status_line(self) -> str:
-        jobs = ", ".join(f"{r.claim.job_id} pid {r.pid}" for r in self.running.values()) or "none"
-        return f"{len(self.running)}/{self.settings.concurrency} busy, {self.phase.value}, running: {jobs}"
-
-    def _set_title(self, now: float | None = None) -> None:
-        """The title in `ps` (the busy count at most once a second unless `now` is None)."""
-        state = " draining" if self.draining else " paused" if any(s.paused for s in self.served) else ""
-        if self.title.show(len(self.running), state, now):
-            self.notifier.status_changed(self._status_text)
-
-    def _status_text(self) -> str:
-        """What `systemctl status` shows: how busy, and each queue's counts."""
-        busy = f"{len(self.running)}/{self.settings.concurrency} busy{', draining' if self.draining else ''}"
-        if len(self.served) == 1:
-            return f"{busy}; {self.served[0].counts_text()}"
-        return busy + "".join(f"; {served.queue.path.name}: {served.counts_text()}" for served in self.served)
-
-
-def _described(served: Served) -> str:
-    cap = f", at most {served.cap} of its jobs at once" if served.cap else ""
-    return f"{served.queue.path} (as owner {served.tenancy.name}{cap})"
+        return self.display.line(self.running, self.phase.value)

@@ -13,17 +13,19 @@ given, which is also the order in which they are claimed from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
-from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Queue, QueueReplaced, Registry
+from jobs import NOT_PAUSED, Claim, ClaimLost, Functions, JobsError, Owner, Queue, QueueReplaced, Registry
 from supervisor import forking, sweeper
 from supervisor.children import Children
 from supervisor.containment import Containment, ProcessContainment
+from supervisor.errors import InternalError, Stalled
 from supervisor.health import StoreHealth
 from supervisor.launch import Launcher
 from supervisor.leftovers import Leftovers
 from supervisor.outcomes import Outcomes
-from supervisor.settings import Settings
+from supervisor.running import Running
+from supervisor.settings import Settings, for_queue
 from supervisor.spawner import Spawner
 from supervisor.tenancy import Tenancy
 from supervisor.wakeups import News
@@ -32,6 +34,35 @@ log = logging.getLogger(__name__)
 TAKE_IN_PER_TURN = 64
 TAKE_IN_SECONDS = 0.05  # a turn's take-in stops after this: the children, signals and heartbeat come first
 STATS_EVERY = 5.0  # seconds between two writes of the counters (when they changed)
+
+
+def serve(
+    queues: Sequence[Queue],
+    registry: Registry,
+    given: Mapping[str, object],
+    caps: Mapping[int, int],
+    request_drain: Callable[[str], None],
+    containment: Containment,
+) -> ServedQueues:
+    """A `Served` for each queue, in the manager's order: with its own settings (`given`,
+    else the queue's: `settings.for_queue`) and its cap (`caps`, by index)."""
+    own = [for_queue(queue, given) for queue in queues]
+    spawner = Spawner.find() if any(each.commands for each in own) else None
+    several = len(queues) > 1  # then log lines say which queue a job came from
+    return ServedQueues(
+        Served(
+            index,
+            queue,
+            registry,
+            own[index],
+            caps.get(index),
+            request_drain,
+            label=str(queue.path) if several else "",
+            spawner=spawner,
+            containment=containment,
+        )
+        for index, queue in enumerate(queues)
+    )
 
 
 class Served:
@@ -278,3 +309,117 @@ class Served:
         except (OSError, JobsError) as exc:
             return f"cannot count {self.queue.path}: {exc}"
         return ", ".join(f"{state} {counts[state]}" for state in ("ready", "scheduled", "claimed", "dead"))
+
+
+class ServedQueues(tuple[Served, ...]):
+    """The queues one manager serves, in its order: what the manager does to all of them."""
+
+    def register(self, kill_grace: float, then: Callable[[], None]) -> None:
+        """Register as an owner of each queue, then call `then`; if anything fails, the
+        queues registered already are left clean."""
+        registered: list[Served] = []
+        try:
+            for served in self:
+                served.register_at_start()
+                registered.append(served)
+            then()
+        except BaseException:
+            for served in registered:
+                served.close(kill_grace)
+            raise
+
+    def owner(self) -> Owner:
+        """The manager as an owner of its first queue."""
+        owner = self[0].tenancy.owner
+        if owner is None:
+            raise InternalError("the manager registers as an owner when it starts")
+        return owner
+
+    def described(self) -> str:
+        return ", ".join(
+            f"{served.queue.path} (as owner {served.tenancy.name}"
+            f"{f', at most {served.cap} of its jobs at once' if served.cap else ''})"
+            for served in self
+        )
+
+    def sweeper_pids(self) -> set[int]:
+        return {served.sweeper.pid for served in self if served.sweeper.pid is not None}
+
+    @property
+    def awaiting_cancel(self) -> bool:
+        """A child killed from outside waits to be judged: a cancel may be under way."""
+        return any(served.outcomes.awaiting_cancel for served in self)
+
+    def release_suspended(self) -> None:
+        """The children killed from outside and waiting to be judged go back (the manager
+        drains, stops or closes: the same cancel)."""
+        for served in self:
+            served.outcomes.release_suspended()
+
+    def on_news(self, news: Sequence[News], draining: bool) -> None:
+        for served, each in zip(self, news, strict=True):
+            served.on_news(each)
+            served.take_in(draining)
+
+    def on_exit(self, running: Running | None, status: forking.ExitStatus, draining: bool, now: float) -> None:
+        """A child was reaped: a job's is harvested; a sweeper's, its queue restarts it."""
+        if running is not None:
+            self[running.queue].outcomes.harvest(running, status, draining)
+            return
+        for served in self:
+            if served.sweeper_died(status, now):
+                break
+
+    def after_reaping(self, now: float) -> None:
+        for served in self:
+            served.outcomes.judge_suspended(now)
+            served.outcomes.retry_stranded()
+            served.outcomes.promote_retries()
+
+    def start_sweepers(self, now: float, fds: list[int]) -> None:
+        for served in self:
+            served.sweeper.keep(now, fds)
+
+    def keep(self, now: float, children: Children, fds: list[int], sweepers: bool) -> None:
+        """Each queue's lease; and its sweeper, restarted if it died (unless the manager stops)."""
+        for served in self:
+            served.keep_lease(now, children)
+            if sweepers:
+                served.sweeper.keep(now, fds)
+
+    def soonest(self, now: float, sweepers: bool, draining: bool, may_start: Callable[[Served], bool]) -> float:
+        """When the first queue next has something to do (`now`: a take-in or a claim that
+        stopped at its budget goes on at once)."""
+        soonest = float("inf")
+        for served in self:
+            soonest = min(soonest, served.next_deadline(now, sweepers))
+            if served.take_in_due and not draining:
+                return now
+            if served.queue.more_to_examine and may_start(served):
+                return now
+        return soonest
+
+    def finished_burst(self, stall_timeout: float) -> bool:
+        return all(served.finished_burst(stall_timeout) for served in self)
+
+    def after_run(self, burst: bool, stall_timeout: float) -> None:
+        """Raise why the run ended early (a queue replaced; with `burst`, a store that stalled);
+        else, for a burst, say what is left in each queue."""
+        for served in self:
+            if served.replaced is not None:
+                raise served.replaced
+        if not burst:
+            return
+        for served in self:
+            if served.health.stalled(stall_timeout):
+                raise Stalled(
+                    f"gave up on {served.queue.path} after {stall_timeout:g}s in which every change to it "
+                    f"failed: {served.health.last_failure}; jobs not finished stay where they are for the "
+                    "next manager"
+                )
+        for served in self:
+            served.leftovers.say_what_is_left(served.paused)
+
+    def close(self, kill_grace: float) -> None:
+        for served in self:
+            served.close(kill_grace)

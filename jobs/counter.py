@@ -1,0 +1,67 @@
+"""A job's run counter: the `attempts` file in its folder, how many runs it has used.
+
+The one home for it: reading it, counting a run before any of its code runs (guarantee
+3), giving a released run back, an operator's reset. What a count means (attempts left
+or not) is `jobs.fate`'s to decide. A count is written through the job's place in
+`claimed/OWNER/`, never through its handle: if a sweep took the job away meanwhile (its
+owner stood still past its lease), the rename finds no place and nothing is counted in
+a job that is no longer the writer's (FileNotFoundError). Through the handle, a stale
+count would land wherever the job went, over its new owner's.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jobs import files
+from jobs.errors import InvalidJob
+from jobs.folder import COUNTER_FILE, QueueFolder
+from jobs.handles import Dir, Entry
+
+
+def used(job: Dir) -> int:
+    """Runs used so far (a missing file: none). InvalidJob when the file is unreadable or
+    not a number: reading it as 0 would hand a crash-looping job a fresh set of attempts."""
+    try:
+        text = files.read_limited(COUNTER_FILE, 64, job.fd).decode("ascii", "replace").strip()
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise InvalidJob(f"cannot read the attempts counter of {_name(job)}: {exc.strerror or exc}") from None
+    if not text.isdigit():
+        raise InvalidJob(f"the attempts counter of {_name(job)} holds {text[:20]!r}, not a number")
+    return int(text)
+
+
+def count_run(folder: QueueFolder, place: Entry, job: Dir, already: int) -> int:
+    """Count the claimed job's next run (after `already`), before it starts; its number."""
+    _write_at(folder, place, job, already + 1)
+    return already + 1
+
+
+def give_back(folder: QueueFolder, place: Entry, job: Dir, run: int) -> None:
+    """Uncount run `run` of the claimed job: it was released, not used (a drain's stop)."""
+    _write_at(folder, place, job, max(0, run - 1))
+
+
+def reset(folder: QueueFolder, job: Dir) -> None:
+    """A fresh set of attempts (an operator's retry of a dead job)."""
+    folder.replace_file(job / COUNTER_FILE, b"0\n")
+
+
+def _write_at(folder: QueueFolder, place: Entry, job: Dir, value: int) -> None:
+    try:
+        files.replace_file(
+            f"{place.name}/{COUNTER_FILE}",
+            f"{value}\n".encode(),
+            durable=folder.durable,
+            mode=folder.file_mode,
+            dir_fd=place.dir.fd,
+        )
+    except FileNotFoundError:
+        files.unlink_if_there(files.staging_name(COUNTER_FILE), job.fd)  # ours, wherever the job is now
+        raise
+
+
+def _name(job: Dir) -> str:
+    return os.path.basename(os.fspath(job.path))
