@@ -33,12 +33,10 @@ from jobs.folder import (
     cancel_requested,
     entry_problem,
     frozen_run,
-    indented_json,
 )
 from jobs.handles import Dir, Entry
 from jobs.index import ReadyIndex
 from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
-from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, SKIPPED_FILES, Owner
 from jobs.pause import NOT_PAUSED, Paused
 from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
 
@@ -103,60 +101,6 @@ class Claimer:
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
         self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why (the first Skips.LIMIT)
         self.more_to_examine = False  # the last claim() stopped at its budget of entries
-
-    # -- the owner ---------------------------------------------------------------
-
-    def register(self, owner: Owner, functions: Functions | None) -> None:
-        """Create `claimed/OWNER/` with its owner file (its mtime is the heartbeat) and, given
-        `functions`, the list of what it runs. A failed registration leaves nothing behind."""
-        staging = self.folder.tmp / f".owner.{owner.name}"
-        try:
-            self.folder.make_dir(staging)
-            with staging.open() as made:
-                self.folder.write_new(made / OWNER_FILE, owner.to_json())
-                if functions is not None:
-                    advertised = indented_json({"functions": functions.advertised()})
-                    self.folder.write_new(made / FUNCTIONS_FILE, advertised)
-            moves.move_on(staging, self.folder.at(State.CLAIMED) / owner.name, self.folder.durable)
-        except BaseException:
-            files.remove_quietly(staging.name, dir_fd=staging.dir.fd)  # our own fresh folder (disk full, say)
-            raise
-
-    def heartbeat(self, owner: str) -> None:
-        """`Queue.heartbeat`: the owner file's mtime is the lease; gone means reaped."""
-        try:
-            os.utime(f"{owner}/{OWNER_FILE}", dir_fd=self.folder.at(State.CLAIMED).fd, follow_symlinks=False)
-        except FileNotFoundError:
-            raise ClaimLost(
-                f"owner {owner} of queue {self.folder.path} was reaped: a sweeper judged its lease expired "
-                "and returned its jobs to the queue"
-            ) from None
-
-    def record_skipped(self, owner: str, source: str, skipped: Mapping[str, str], count: int | None = None) -> None:
-        """Keep in `owner`'s folder what it skipped (`source`: "claims" or "sweep"), for
-        `forkvisor status`; an owner folder gone meanwhile is no error (nothing to report)."""
-        document = {"count": len(skipped) if count is None else count, "skipped": dict(skipped)}
-        try:
-            with self.folder.at(State.CLAIMED).sub(owner) as owner_dir:
-                self.folder.write_json(owner_dir / SKIPPED_FILES[source], document)
-        except FileNotFoundError:
-            pass
-
-    def retire(self, owner: str) -> None:
-        """`Queue.retire_owner`: the owner file goes first, then the folder if nothing else is in it."""
-        claimed = self.folder.at(State.CLAIMED)
-        try:
-            with claimed.sub(owner) as owner_dir:
-                if any(view.stray_names(owner_dir)):
-                    return
-                for name in OWNER_FILES:
-                    files.unlink_if_there(name, owner_dir.fd)
-        except FileNotFoundError:
-            return  # a sweeper reaped it already
-        try:
-            os.rmdir(owner, dir_fd=claimed.fd)
-        except OSError as exc:
-            log.warning("cannot remove owner folder %s: %s", claimed / owner, exc)
 
     # -- claiming ------------------------------------------------------------------
 
@@ -245,7 +189,7 @@ class Claimer:
                 self._give_back(place, name, f"job.json format ({exc})")
                 return None
             except InvalidJob as exc:
-                self._bury(place, job_id, fate.invalid(str(exc)), now)
+                _bury(self.folder, place, job_id, fate.invalid(str(exc)), now)
                 return None
             if functions is not None and not functions.knows(spec.function):
                 self._give_back(place, name, spec.function)
@@ -259,12 +203,12 @@ class Claimer:
             try:
                 used = counter.used(job)
             except InvalidJob as exc:
-                self._bury(place, job_id, fate.invalid(str(exc)), now)
+                _bury(self.folder, place, job_id, fate.invalid(str(exc)), now)
                 return None
             policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
             dead = fate.before_run(cancel_requested(job), used, policy.max_attempts)
             if dead is not None:
-                self._bury(place, job_id, dead, now)
+                _bury(self.folder, place, job_id, dead, now)
                 return None
             files.checkpoint("claim:judged")
             counter.count_run(self.folder, place, job, used)  # counted before the fork
@@ -283,7 +227,7 @@ class Claimer:
     def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: depends.Readiness | Cause, now: float) -> None:
         """A job that depends on unfinished jobs waits for them; one whose dependency is dead is buried."""
         if isinstance(found, Cause):
-            self._bury(place, job_id, found, now)
+            _bury(self.folder, place, job_id, found, now)
             return
         depends.write_edges(self.folder, job_id, spec.depends_on)
         moves.move_on(place, self.folder.at(State.WAITING) / job_id, self.folder.durable)
@@ -332,7 +276,7 @@ class Claimer:
         """`Queue.finish`: the job folder opened once; the outcome written, then the move
         its verdict and `fate` choose."""
         verdict = end.verdict
-        with self._open(claim, "record the outcome of") as job:
+        with _open(self.folder, claim, "record the outcome of") as job:
             self._write_outcome(job, claim, end.record(), now)
             if verdict is Verdict.DONE:
                 self._complete(job, claim, now)
@@ -346,37 +290,37 @@ class Claimer:
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
         """`Queue.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
-        with self._open(claim, "record the outcome of") as job:
+        with _open(self.folder, claim, "record the outcome of") as job:
             self._write_outcome(job, claim, outcome, now)
 
     def complete(self, claim: Claim, now: float) -> None:
         """`Queue.complete`: the result linked, the event logged and the folder made durable, then the move."""
-        with self._open(claim, "complete") as job:
+        with _open(self.folder, claim, "complete") as job:
             self._complete(job, claim, now)
 
     def fail(self, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool) -> State:
         """`Queue.fail`: `fate` decides between a retry and `dead/`."""
-        with self._open(claim, "fail") as job:
+        with _open(self.folder, claim, "fail") as job:
             return self._fail(job, claim, error, now, delay, permanent)
 
     def release(self, claim: Claim, now: float, reason: str) -> None:
         """`Queue.release`: `fate` decides; the counter goes back one before the move."""
-        with self._open(claim, "release") as job:
+        with _open(self.folder, claim, "release") as job:
             self._release(job, claim, now, reason)
 
     def _write_outcome(self, job: Dir, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
-        with self._run_folder(job, claim, now) as run:
+        with _run_folder(self.folder, job, claim, now) as run:
             self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
             self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
 
     def _complete(self, job: Dir, claim: Claim, now: float) -> None:
-        self._link_result(job, claim, now)
+        _link_result(self.folder, job, claim, now)
         files.checkpoint("complete:result-linked")
         # Logged first: a kill right after the move must not leave the story without its end.
         self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
         if self.folder.durable:  # its result's link and its run folder, on disk before the move that ends it
             job.fsync()
-        self._move_claimed(claim, self.folder.at(State.DONE) / claim.job_id, "complete")
+        _move_claimed(self.folder, claim, self.folder.at(State.DONE) / claim.job_id, "complete")
 
     def _fail(
         self, job: Dir, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool
@@ -384,14 +328,14 @@ class Claimer:
         limit = claim.policy.max_attempts
         dead = fate.after_failure(cancel_requested(job), claim.attempt, limit, claim.run, error, permanent)
         if dead is not None:
-            self._bury(claim.place, claim.job_id, dead, now, claim)
+            _bury(self.folder, claim.place, claim.job_id, dead, now, claim)
             return State.DEAD
         due = now + max(0.0, delay)
-        state, target = self._waiting_place(claim.spec, due, now)
+        state, target = _waiting_place(self.folder, claim.spec, due, now)
         what = "ready" if state is State.READY else f"retry in {delay:.1f}s"
         # Logged before the move: once in ready/, another manager may claim the job at once.
         self.folder.log_event(job, f"failed: attempt {claim.attempt}/{limit}, {what}", now)
-        self._move_claimed(claim, target, "fail")
+        _move_claimed(self.folder, claim, target, "fail")
         if state is State.READY:
             self._index.add(target.name)
         return state
@@ -399,16 +343,16 @@ class Claimer:
     def _release(self, job: Dir, claim: Claim, now: float, reason: str) -> State:
         dead = fate.after_release(cancel_requested(job))
         if dead is not None:
-            self._bury(claim.place, claim.job_id, dead, now, claim)
+            _bury(self.folder, claim.place, claim.job_id, dead, now, claim)
             return State.DEAD
         try:
             counter.give_back(self.folder, claim.place, job, claim.attempt)
         except FileNotFoundError:
-            raise self._lost(claim, "release") from None
+            raise _lost(self.folder, claim, "release") from None
         files.checkpoint("release:uncounted")
         self.folder.log_event(job, f"{reason}: run {claim.run} stopped, attempt not counted", now)
         target = self.folder.at(State.READY) / ready_name(claim.job_id, claim.spec.priority)
-        self._move_claimed(claim, target, "release")
+        _move_claimed(self.folder, claim, target, "release")
         self._index.add(target.name)
         return State.READY
 
@@ -427,91 +371,102 @@ class Claimer:
         except (JobsError, OSError):
             return
 
-    def _open(self, claim: Claim, verb: str) -> Dir:
-        """The claimed job's folder, opened; ClaimLost if it is no longer where the claim put it."""
-        try:
-            return claim.place.open()
-        except FileNotFoundError:
-            raise self._lost(claim, verb) from None
 
-    def _run_folder(self, job: Dir, claim: Claim, now: float) -> Dir:
-        """The claim's run folder, opened without following a link. One the job removed, or put
-        a link or a file in the place of, is quarantined and made again: the manager's record
-        goes into a folder of its own, never where a link points."""
-        name = f"attempt-{claim.run}"
-        try:
-            return job.sub(name)
-        except OSError as exc:
-            if exc.errno not in NOT_A_FOLDER:
-                raise
-        if job.exists(name):
-            self.folder.quarantine(job / name, f"the folder of run {claim.run} was replaced while it ran", now)
-        log.warning("job %s: the folder of run %d was gone or replaced; recording anew", claim.job_id, claim.run)
-        try:
-            self.folder.make_dir(job / name)
-        except FileExistsError:
-            pass  # put back meanwhile: it is opened (or refused) below
+# -- a claimed job's folder, for the claim and the finish alike ------------------------------------
+
+
+def _open(folder: QueueFolder, claim: Claim, verb: str) -> Dir:
+    """The claimed job's folder, opened; ClaimLost if it is no longer where the claim put it."""
+    try:
+        return claim.place.open()
+    except FileNotFoundError:
+        raise _lost(folder, claim, verb) from None
+
+
+def _run_folder(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Dir:
+    """The claim's run folder, opened without following a link. One the job removed, or put
+    a link or a file in the place of, is quarantined and made again: the manager's record
+    goes into a folder of its own, never where a link points."""
+    name = f"attempt-{claim.run}"
+    try:
         return job.sub(name)
+    except OSError as exc:
+        if exc.errno not in NOT_A_FOLDER:
+            raise
+    if job.exists(name):
+        folder.quarantine(job / name, f"the folder of run {claim.run} was replaced while it ran", now)
+    log.warning("job %s: the folder of run %d was gone or replaced; recording anew", claim.job_id, claim.run)
+    try:
+        folder.make_dir(job / name)
+    except FileExistsError:
+        pass  # put back meanwhile: it is opened (or refused) below
+    return job.sub(name)
 
-    def _link_result(self, job: Dir, claim: Claim, now: float) -> None:
-        """Make `result.json` the completing run's result, or remove one a lost run left.
-        Only a regular file is linked: whatever else the run left there is not its result."""
-        staging = f".{RESULT_FILE}.link"
-        for name in (RESULT_FILE, staging):
-            self.folder.clear_the_way(job, name, now)
-        files.unlink_if_there(staging, job.fd)
-        linked = False
-        try:
-            with job.sub(f"attempt-{claim.run}") as run:
-                if stat.S_ISREG(run.lstat(RESULT_FILE).st_mode):
-                    os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
-                    linked = True
-        except OSError as exc:
-            if exc.errno not in NOT_A_FOLDER:
-                raise
-        if not linked:
-            files.unlink_if_there(RESULT_FILE, job.fd)  # no result of this run (none, or its folder is gone)
-            return
-        os.replace(staging, RESULT_FILE, src_dir_fd=job.fd, dst_dir_fd=job.fd)
 
-    def _waiting_place(self, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:
-        if due <= now:
-            return State.READY, self.folder.at(State.READY) / ready_name(spec.id, spec.priority)
-        return State.SCHEDULED, self.folder.at(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
+def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> None:
+    """Make `result.json` the completing run's result, or remove one a lost run left.
+    Only a regular file is linked: whatever else the run left there is not its result."""
+    staging = f".{RESULT_FILE}.link"
+    for name in (RESULT_FILE, staging):
+        folder.clear_the_way(job, name, now)
+    files.unlink_if_there(staging, job.fd)
+    linked = False
+    try:
+        with job.sub(f"attempt-{claim.run}") as run:
+            if stat.S_ISREG(run.lstat(RESULT_FILE).st_mode):
+                os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
+                linked = True
+    except OSError as exc:
+        if exc.errno not in NOT_A_FOLDER:
+            raise
+    if not linked:
+        files.unlink_if_there(RESULT_FILE, job.fd)  # no result of this run (none, or its folder is gone)
+        return
+    os.replace(staging, RESULT_FILE, src_dir_fd=job.fd, dst_dir_fd=job.fd)
 
-    def _move_claimed(self, claim: Claim, target: Entry, verb: str) -> None:
-        try:
-            moves.move_on(claim.place, target, self.folder.durable)
-        except FileNotFoundError:
-            raise self._lost(claim, verb) from None
-        except MoveCollision:
-            where = os.path.basename(target.dir.path)
-            raise self._quarantine_copy(claim.place, where, verb, time.time()) from None
 
-    def _quarantine_copy(self, place: Entry, where: str, verb: str, now: float) -> ClaimLost:
-        """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
-        why = f"cannot {verb} job {os.path.basename(place.name)}: {where}/ already holds a job with this id (a copy?)"
-        self.folder.quarantine(place, why, now)
-        return ClaimLost(f"{why}; this copy was moved to quarantine/")
+def _waiting_place(folder: QueueFolder, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:
+    if due <= now:
+        return State.READY, folder.at(State.READY) / ready_name(spec.id, spec.priority)
+    return State.SCHEDULED, folder.at(State.SCHEDULED) / scheduled_name(spec.id, spec.priority, due)
 
-    def _lost(self, claim: Claim, verb: str) -> ClaimLost:
-        return ClaimLost(
-            f"cannot {verb} job {claim.job_id} in {self.folder.path}: it is no longer in claimed/{claim.owner}/; "
-            f"a sweeper took it back after owner {claim.owner} stopped heartbeating"
-        )
 
-    def _bury(self, place: Entry, job_id: str, cause: Cause, now: float, claim: Claim | None = None) -> None:
-        """Bury a job this claimer holds; with its `claim`, ClaimLost if it is gone or a copy."""
-        try:
-            self.folder.bury(place, job_id, cause, now)
-        except FileNotFoundError:
-            if claim is None:
-                raise
-            raise self._lost(claim, "fail") from None
-        except MoveCollision:
-            lost = self._quarantine_copy(place, State.DEAD.value, "bury", now)
-            if claim is not None:
-                raise lost from None
+def _move_claimed(folder: QueueFolder, claim: Claim, target: Entry, verb: str) -> None:
+    try:
+        moves.move_on(claim.place, target, folder.durable)
+    except FileNotFoundError:
+        raise _lost(folder, claim, verb) from None
+    except MoveCollision:
+        where = os.path.basename(target.dir.path)
+        raise _quarantine_copy(folder, claim.place, where, verb, time.time()) from None
+
+
+def _quarantine_copy(folder: QueueFolder, place: Entry, where: str, verb: str, now: float) -> ClaimLost:
+    """Quarantine a copy of a job whose id already stands in `where`; return the error to raise."""
+    why = f"cannot {verb} job {os.path.basename(place.name)}: {where}/ already holds a job with this id (a copy?)"
+    folder.quarantine(place, why, now)
+    return ClaimLost(f"{why}; this copy was moved to quarantine/")
+
+
+def _lost(folder: QueueFolder, claim: Claim, verb: str) -> ClaimLost:
+    return ClaimLost(
+        f"cannot {verb} job {claim.job_id} in {folder.path}: it is no longer in claimed/{claim.owner}/; "
+        f"a sweeper took it back after owner {claim.owner} stopped heartbeating"
+    )
+
+
+def _bury(folder: QueueFolder, place: Entry, job_id: str, cause: Cause, now: float, claim: Claim | None = None) -> None:
+    """Bury a job this claimer holds; with its `claim`, ClaimLost if it is gone or a copy."""
+    try:
+        folder.bury(place, job_id, cause, now)
+    except FileNotFoundError:
+        if claim is None:
+            raise
+        raise _lost(folder, claim, "fail") from None
+    except MoveCollision:
+        lost = _quarantine_copy(folder, place, State.DEAD.value, "bury", now)
+        if claim is not None:
+            raise lost from None
 
 
 def _abandon_run(job: Dir, run: int) -> None:

@@ -25,6 +25,7 @@ from jobs import (
     incoming,
     listing,
     operator,
+    owners,
     run_folder,
     stats,
     submissions,
@@ -210,23 +211,23 @@ class Queue:
         self.folder.write_settings(changes)
         return self.settings
 
-    # -- the owning manager's side (jobs.claim) ------------------------------------
+    # -- the owning manager's side (jobs.owners, jobs.claim) --------------------------
 
     def register_owner(self, owner: Owner, functions: Functions | None = None) -> None:
         """Create `claimed/OWNER/`, whose owner file's mtime is the heartbeat (see `jobs.claim`)."""
-        self._claimer.register(owner, functions)
+        owners.register(self.folder, owner, functions)
 
     def record_skipped(self, owner: str, source: str, skipped: Mapping[str, str], count: int | None = None) -> None:
         """Keep in `owner`'s folder what it skipped (`source`: "claims" or "sweep") for `status`."""
-        self._claimer.record_skipped(owner, source, skipped, count)
+        owners.record_skipped(self.folder, owner, source, skipped, count)
 
     def heartbeat(self, owner: str) -> None:
         """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
-        self._claimer.heartbeat(owner)
+        owners.heartbeat(self.folder, owner)
 
     def retire_owner(self, owner: str) -> None:
         """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
-        self._claimer.retire(owner)
+        owners.retire(self.folder, owner)
 
     def return_unheld(
         self, owner: str, held: set[str], now: float | None = None, functions: Functions | None = None

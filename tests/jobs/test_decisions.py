@@ -1,0 +1,147 @@
+"""Decisions the mutation tool (`python -m tests.mutation.run`) found no test for: each is a
+way to run a job once too often, or to lose one, and each is checked here through the
+queue's own calls on a real folder.
+
+- A claim looks at a ready job's cancel marker and its counter before it counts a run: a
+  job cancelled while it waited, or whose attempts are all used (its last owner died
+  after counting), is buried, not run; one attempt left still runs.
+- A run released by a drain goes back uncounted, unless its job was cancelled meanwhile.
+- An owner file is believed only with a positive lease (with a lease of 0 a live manager
+  would be expired at once and its jobs run twice) and fields of the right types; an
+  owner's name says its host, and fits the owner pattern whatever the host is called."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jobs import CANCEL_FILE, DRAIN, InvalidJob, Owner, Queue, RunEnd, State, new_job_id, unknown_liveness
+from jobs.lease import _OWNER_RE as OWNER_NAME
+
+from .conftest import Hand
+from .test_transitions import claim_one
+
+
+def _drained(exited_ok: bool = False) -> RunEnd:
+    outcome = {"run": 1, "released": None, "succeeded": None, "wall_time": 0.01}
+    return RunEnd(exited_ok, DRAIN, False, False, {"type": "Crashed", "message": "stopped"}, outcome)
+
+
+def test_a_ready_job_cancelled_while_it_waited_is_buried_at_claim(queue: Queue, owner: Owner, hand: Hand) -> None:
+    job_id = queue.enqueue("sample.echo")
+    (hand.dir(State.READY) / f"100.{job_id}" / CANCEL_FILE).write_text("cancelled\n")
+    assert queue.claim(owner.name) is None
+    assert hand.error(job_id)["reason"] == "cancelled"
+    assert hand.names(State.CLAIMED) == [owner.name]
+    assert not (hand.dir(State.CLAIMED) / owner.name / job_id).exists(), "nothing of it ran"
+
+
+@pytest.mark.parametrize(("used", "runs"), [(2, True), (3, False), (4, False)])
+def test_a_claim_runs_a_job_only_while_it_has_attempts_left(
+    queue: Queue, owner: Owner, hand: Hand, used: int, runs: bool
+) -> None:
+    job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
+    (hand.dir(State.READY) / f"100.{job_id}" / "attempts").write_text(f"{used}\n")
+    claim = queue.claim(owner.name)
+    assert (claim is not None) is runs
+    if runs:
+        assert claim is not None
+        assert claim.attempt == used + 1 == queue.job(job_id).attempts
+        return
+    assert hand.error(job_id)["reason"] == "attempts exhausted"
+    assert queue.job(job_id).attempts == used, "a job buried at claim is not counted once more"
+
+
+def test_a_drained_run_of_a_job_cancelled_meanwhile_is_buried(queue: Queue, owner: Owner, hand: Hand) -> None:
+    job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    (claim.path / CANCEL_FILE).write_text("cancelled\n")
+    finished = queue.finish(claim, _drained())
+    assert finished.state is State.DEAD is queue.job(job_id).state
+    assert hand.error(job_id)["reason"] == "cancelled"
+
+
+def test_a_drained_run_goes_back_uncounted(queue: Queue, owner: Owner) -> None:
+    job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
+    assert queue.finish(claim_one(queue, owner), _drained()).state is State.READY
+    assert queue.job(job_id).attempts == 0
+
+
+def _owner_folder(hand: Hand, lease: float, beat_age: float, now: float) -> str:
+    """An owner folder of a live-looking manager whose owner file says `lease`, its heartbeat
+    `beat_age` seconds old; one claimed job in it. The job's id."""
+    name = "node7.4121.9f2c1a"
+    folder = hand.dir(State.CLAIMED) / name
+    folder.mkdir()
+    owner = {"name": name, "host": "node7", "pid": 4121, "lease": lease, "started": now - 10}
+    (folder / ".owner.json").write_text(json.dumps(owner))
+    job_id, _ = hand.ready_job({"function": "sample.echo"})
+    (hand.dir(State.READY) / f"100.{job_id}").rename(folder / job_id)
+    (folder / job_id / "attempts").write_text("1\n")
+    hand.age(folder / ".owner.json", beat_age, now)
+    return job_id
+
+
+@pytest.mark.parametrize("lease", [0, -5])
+def test_an_owner_file_without_a_positive_lease_does_not_expire_its_owner(
+    queue: Queue, hand: Hand, lease: float
+) -> None:
+    now = time.time()
+    job_id = _owner_folder(hand, lease, beat_age=1.0, now=now)
+    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 0
+    assert queue.job(job_id).state is State.CLAIMED, "a fresh owner folder is a registration in progress"
+
+
+def test_an_owner_file_with_a_lease_under_a_second_is_believed(queue: Queue, hand: Hand) -> None:
+    now = time.time()
+    job_id = _owner_folder(hand, 0.5, beat_age=5.0, now=now)
+    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 1, "its heartbeat is 10 leases old"
+    assert queue.job(job_id).state is State.READY
+
+
+@pytest.mark.parametrize(
+    "field",
+    [{"host": 7}, {"name": 7}, {"pid": 4121.0}, {"pid": True}, {"concurrency": 2.0}, {"concurrency": "2"}],
+)
+def test_an_owner_file_with_a_field_of_the_wrong_type_is_not_believed(field: dict[str, object]) -> None:
+    document = {"name": "node7.4121.9f2c1a", "host": "node7", "pid": 4121, "lease": 30, "started": 1.0, **field}
+    with pytest.raises(InvalidJob, match="wrong type"):
+        Owner.from_json(json.dumps(document).encode())
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
+@pytest.mark.parametrize(("hostname", "start"), [("node_7.example", "node-7-example."), ("h" * 64, "h" * 64 + ".")])
+def test_an_owner_s_name_says_its_host_and_fits_the_pattern(hostname: str, start: str) -> None:
+    """In a UTS namespace of its own, with the host name set: the owner's folder name starts
+    with the name, made safe and cut to 64 characters, and is a valid owner name."""
+    code = "from jobs import Owner; print(Owner.new().name)"
+    script = f'printf %s "$1" > /proc/sys/kernel/hostname && exec "$2" -c "{code}"'  # hostname(1) refuses "_"
+    done = subprocess.run(
+        ["unshare", "--uts", "sh", "-c", script, "-", hostname, sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    name = done.stdout.strip()
+    assert name.startswith(start), name
+    assert OWNER_NAME.fullmatch(name), name
+
+
+def test_a_submission_whose_key_is_held_is_buried_saying_by_whom(queue: Queue, hand: Hand) -> None:
+    """Two submissions in incoming/ of one key: the first taken in holds it, the second is
+    dead at once (`fate.duplicate`), its error naming the holder."""
+    first = hand.submission({"function": "sample.echo", "key": "k"}, new_job_id(time.time() + 5))
+    second = hand.submission({"function": "sample.echo", "key": "k"}, new_job_id(time.time() + 6))
+    assert queue.take_in() == 2
+    assert queue.job(first).state is State.READY
+    error = hand.error(second)
+    assert error["reason"] == "duplicate key"
+    assert f"is held by job {first}, which is not finished" in error["message"]
