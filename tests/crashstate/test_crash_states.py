@@ -7,6 +7,7 @@ durable breaks a guarantee, and is reported."""
 
 from __future__ import annotations
 
+import copy
 import random
 import shutil
 from pathlib import Path
@@ -136,3 +137,40 @@ def test_a_rename_of_an_entry_whose_making_was_lost_is_lost_too() -> None:
     only_the_second = crash._tree(ops, initial, [1])
     assert only_the_second.inodes[2].entries == {"job": 9}  # still where it was, once
     assert only_the_second.inodes[4].entries == {}
+
+
+def test_a_job_moved_on_from_its_claim_has_both_folders_synced(recordings: Recordings) -> None:
+    """`moves.move_on` makes both folders durable, the one a job left and the one it entered:
+    on a file system that writes each folder's blocks on its own fsync (ext2, ext4 without
+    a journal), a rename made durable only in the folder it entered can come back in both
+    after a cut, and one made durable only in the folder it left, in neither. The model keeps
+    renames whole, so this is checked on the recording itself: every move out of a claim
+    into done/, dead/ or a waiting folder is followed by an fsync of each of its folders."""
+    recorded = recordings["harvest"]
+    tree = copy.deepcopy(recorded.initial)
+    ends = {tree.lookup([name]): name for name in ("done", "dead", "ready", "scheduled")}
+    claimed = tree.lookup(["claimed"])
+    moves = []  # (index, op) of each job folder's move out of a claim
+    for index, op in enumerate(recorded.ops):
+        leaves_a_claim = op.kind == "rename" and op.dir2 in ends and claimed in _parents(tree, op.dir)
+        if leaves_a_claim and tree.inodes[op.ino].kind == "d":
+            moves.append((index, op))
+        tree.apply(op)
+    assert len(moves) >= 4, "the harvest moves jobs on from their claims (done, a retry, a burial)"
+    for (index, op), (following, _) in zip(moves, [*moves[1:], (len(recorded.ops), None)], strict=True):
+        synced = {later.unit for later in recorded.ops[index + 1 : following] if later.kind == "sync"}
+        missing = [folder for folder in (op.dir, op.dir2) if ("dir", folder) not in synced]
+        assert not missing, f"the move of {op.name} to {ends[op.dir2]}/ left {missing} unsynced before the next"
+
+
+def _parents(tree: model.Tree, number: int) -> set[int]:
+    """The folders above inode `number` (itself included)."""
+    above = {number}
+    changed = True
+    while changed:
+        changed = False
+        for parent, inode in tree.inodes.items():
+            if parent not in above and any(child in above for child in inode.entries.values()):
+                above.add(parent)
+                changed = True
+    return above

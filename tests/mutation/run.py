@@ -45,6 +45,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/jobs_processes/test_crash_points.py",
         CRASH_STATES + "[submit]",  # the barriers: only a power cut shows a missing fsync
         CRASH_STATES + "[harvest]",
+        "tests/crashstate/test_crash_states.py::test_a_job_moved_on_from_its_claim_has_both_folders_synced",
     ),
     "jobs/fate.py": (
         "tests/jobs/test_decisions.py",
