@@ -195,7 +195,11 @@ def test_reading_a_job_while_managers_move_it_never_fails(tmp_path: Path, childr
             seen.add(queue.job(job_id).state)
         assert {job.id for job in queue.jobs()} <= set(ids)
     children.wait_ok(pid)
-    assert {State.READY, State.DONE} <= seen
+    # The reads overlapped the moves: some job was still waiting when read (how many others
+    # were read in motion depends on the machine's pace: a fast claimer may finish between
+    # two passes); and once it is over, every job reads as done.
+    assert State.READY in seen
+    assert {queue.job(job_id).state for job_id in ids} == {State.DONE}
 
 
 def test_reading_while_owner_folders_are_fenced_never_fails(tmp_path: Path, children: Children) -> None:
