@@ -314,6 +314,7 @@ class Claimer:
             self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
 
     def _complete(self, job: Dir, claim: Claim, now: float) -> None:
+        files.checkpoint("complete:opened")
         _link_result(self.folder, job, claim, now)
         files.checkpoint("complete:result-linked")
         # Logged first: a kill right after the move must not leave the story without its end.
@@ -419,10 +420,20 @@ def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Non
     except OSError as exc:
         if exc.errno not in NOT_A_FOLDER:
             raise
+    # Through the claim's path, not the handle: a manager stopped (SIGSTOP) past its lease
+    # may resume after a sweep gave the job to another, and must not put its run's result
+    # in the job the other now runs (the rename finds no place, and the claim is lost).
+    place = claim.place
     if not linked:
-        files.unlink_if_there(RESULT_FILE, job.fd)  # no result of this run (none, or its folder is gone)
+        files.unlink_if_there(f"{place.name}/{RESULT_FILE}", place.dir.fd)  # no result of this run
         return
-    os.replace(staging, RESULT_FILE, src_dir_fd=job.fd, dst_dir_fd=job.fd)
+    try:
+        os.replace(
+            f"{place.name}/{staging}", f"{place.name}/{RESULT_FILE}", src_dir_fd=place.dir.fd, dst_dir_fd=place.dir.fd
+        )
+    except FileNotFoundError:
+        files.unlink_if_there(staging, job.fd)  # ours, wherever the job is now
+        raise _lost(folder, claim, "complete") from None
 
 
 def _waiting_place(folder: QueueFolder, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:

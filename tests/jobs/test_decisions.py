@@ -21,7 +21,20 @@ import time
 
 import pytest
 
-from jobs import CANCEL_FILE, DRAIN, InvalidJob, Owner, Queue, RunEnd, State, new_job_id, unknown_liveness
+from jobs import (
+    CANCEL_FILE,
+    DRAIN,
+    Claim,
+    ClaimLost,
+    InvalidJob,
+    Owner,
+    Queue,
+    RunEnd,
+    State,
+    files,
+    new_job_id,
+    unknown_liveness,
+)
 from jobs.lease import _OWNER_RE as OWNER_NAME
 
 from .conftest import Hand
@@ -145,3 +158,29 @@ def test_a_submission_whose_key_is_held_is_buried_saying_by_whom(queue: Queue, h
     error = hand.error(second)
     assert error["reason"] == "duplicate key"
     assert f"is held by job {first}, which is not finished" in error["message"]
+
+
+def test_a_manager_resumed_past_its_lease_puts_no_result_in_the_job_another_runs(queue: Queue, hand: Hand) -> None:
+    """Stopped (SIGSTOP) past its lease, a manager resumes and completes its run: the job was
+    reaped and claimed again meanwhile, so its completion is refused (ClaimLost), and the
+    job the other manager runs gets no result.json from the stale run (the chaos run's find)."""
+    first = hand.owner()
+    job_id = queue.enqueue("sample.echo")
+    stale = claim_one(queue, first)
+    (stale.run_path / "result.json").write_text('"stale"\n')
+    taken: list[Claim] = []
+
+    def reaped_and_claimed_again(point: str) -> None:  # while the first stood still, its job folder open
+        if point == "complete:opened" and not taken:
+            queue.sweep(now=hand.expired_now(first), is_alive=unknown_liveness)
+            taken.append(claim_one(queue, hand.owner(Owner.new(pid=os.getpid() + 1))))
+
+    files.checkpoint_hook = reaped_and_claimed_again
+    try:
+        with pytest.raises(ClaimLost):
+            queue.complete(stale)
+    finally:
+        files.checkpoint_hook = None
+    assert taken, "the interleaving happened"
+    assert not (taken[0].path / "result.json").exists(), "the stale run's result is not in the job"
+    assert queue.job(job_id).state is State.CLAIMED

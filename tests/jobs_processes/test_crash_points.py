@@ -371,6 +371,7 @@ CASES = [
     ("claim-last-attempt", "claim:moved", Expect()),
     ("claim-last-attempt", "claim:counted", Expect("dead:attempts exhausted")),
     ("claim-last-attempt", "claim:attempt-created", Expect("dead:attempts exhausted")),
+    ("complete", "complete:opened", Expect()),
     ("complete", "complete:result-linked", Expect()),
     ("complete", "renamed:done", Expect()),
     ("fail-retry-later", "renamed:scheduled", Expect()),
