@@ -43,16 +43,16 @@ def one_round(queue: Queue, jobs: int, tag: str) -> dict[str, float]:
     fresh = _rate(lambda n: queue.with_options(key=f"{tag}-{n}").enqueue("bench.noop", n), jobs)
     taken = _rate(lambda n: queue.with_options(key=f"{tag}-{n}").enqueue("bench.noop", n), jobs)
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
 
     def claim_and_complete(_: int) -> None:
-        claim = queue.claim(owner.name)
+        claim = queue.serving.claim(owner.name)
         if claim is None:
             raise RuntimeError("the queue ran dry: a bug in the benchmark")
-        queue.complete(claim)
+        queue.serving.complete(claim)
 
     claims = _rate(claim_and_complete, 2 * jobs)
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     return {"enqueue": plain, "enqueue, fresh key": fresh, "enqueue, taken key": taken, "claim+complete": claims}
 
 

@@ -52,9 +52,9 @@ def sweeper(path: Path, started: Any, stop: Any) -> None:
     """A manager's sweeper loop, reduced to what it does to the queue; `started` is set after
     its first pass (which reads every schedule: a manager's start, measured apart)."""
     queue = Queue(path, create=False)
-    planner = queue.planner()
+    planner = queue.serving.planner()
     while not stop.is_set():
-        queue.sweep(queue.filesystem_now(), unknown_liveness)
+        queue.serving.sweep(queue.serving.filesystem_now(), unknown_liveness)
         planner.fire(time.time(), time.monotonic())
         started.set()
         stop.wait(SWEEP_EVERY)
@@ -65,16 +65,16 @@ def one_round(queue: Queue, jobs: int) -> float:
     for n in range(jobs):
         queue.enqueue("bench.noop", n)
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     started = time.perf_counter()
     for _ in range(jobs):
-        claim = queue.claim(owner.name)
+        claim = queue.serving.claim(owner.name)
         if claim is None:
             raise RuntimeError("the queue ran dry: a bug in the benchmark")
-        queue.complete(claim)
-        queue.settle_dependents(claim.job_id)
+        queue.serving.complete(claim)
+        queue.serving.settle_dependents(claim.job_id)
     rate = jobs / (time.perf_counter() - started)
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     return rate
 
 
@@ -83,22 +83,22 @@ def fan_in_cost(root: Path, parents: int) -> float:
     queue = Queue(root / "fan-in")
     ids, _ = queue.fan_in([Call("bench.noop", (n,)) for n in range(parents)], Call("bench.noop"))
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     spent = 0.0
     for _ in ids:
-        claim = queue.claim(owner.name)
+        claim = queue.serving.claim(owner.name)
         if claim is None:
             raise RuntimeError("the fan-in ran dry: a bug in the benchmark")
-        queue.complete(claim)
+        queue.serving.complete(claim)
         started = time.perf_counter()
-        queue.settle_dependents(claim.job_id)
+        queue.serving.settle_dependents(claim.job_id)
         spent += time.perf_counter() - started
     return spent / len(ids) * 1000
 
 
 def firer_figures(queue: Queue) -> dict[str, float]:
     """The firer's first pass (reads every schedule) and a pass with nothing due."""
-    planner = queue.planner()
+    planner = queue.serving.planner()
     started = time.perf_counter()
     planner.fire(time.time(), time.monotonic())
     first = time.perf_counter() - started

@@ -88,13 +88,13 @@ def claim(folder: Path, args: argparse.Namespace) -> tuple[int, Callable[[], obj
     common.sync_filesystem(folder)
     queue = Queue(folder, create=False, durable=args.durable)
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
 
     def run() -> None:
         for _ in range(args.jobs):
-            found = queue.claim(owner.name)
+            found = queue.serving.claim(owner.name)
             assert found is not None
-            queue.complete(found)
+            queue.serving.complete(found)
 
     return args.jobs, run
 

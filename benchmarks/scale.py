@@ -11,8 +11,8 @@ far longer; refills between timed batches use `enqueue_many(durable=False)`.
 Everything here is durable=False: fsync costs do not depend on queue size and
 would hide what does.
 
-1. Store: `Queue.claim` + `Queue.complete` (no fork), in timed batches with an
-   untimed refill after each (fabricated, then `Queue.note_ready`, as inotify
+1. Store: `queue.serving.claim` + `queue.serving.complete` (no fork), in timed batches with an
+   untimed refill after each (fabricated, then `queue.serving.note_ready`, as inotify
    feeds a manager), so the queue stays at its size. One queue per size; each
    size runs its claims in one stretch (the claim index rescans by wall time
    and when its 8,192 names run dry, so interleaving sizes batch by batch would
@@ -102,12 +102,12 @@ def store_rates(queues: dict[int, Queue], claims: int, rounds: int) -> dict[int,
     for size, queue in queues.items():
         cold = Queue(queue.path, create=False, durable=False)  # a cold claim index
         registered = Owner.new()
-        cold.register_owner(registered)
+        cold.serving.register_owner(registered)
         started = time.perf_counter()
-        claim = cold.claim(registered.name)
+        claim = cold.serving.claim(registered.name)
         runs[size] = StoreRun(first_claim_s=time.perf_counter() - started)
         assert claim is not None
-        cold.complete(claim)
+        cold.serving.complete(claim)
         fresh[size] = cold, registered.name
     for number in range(rounds):
         for size in sorted(fresh, reverse=number % 2 == 1):
@@ -116,7 +116,7 @@ def store_rates(queues: dict[int, Queue], claims: int, rounds: int) -> dict[int,
             runs[size].rates.append(BATCH * len(batches) / sum(batches))
             runs[size].slowest_batch_s = max(runs[size].slowest_batch_s, *batches)
     for queue, owner in fresh.values():
-        queue.retire_owner(owner)
+        queue.serving.retire_owner(owner)
     return runs
 
 
@@ -124,13 +124,13 @@ def _claim_batch(queue: Queue, owner: str) -> float:
     """Time BATCH claims and completions, then refill BATCH jobs (untimed)."""
     started = time.perf_counter()
     for _ in range(BATCH):
-        claim = queue.claim(owner)
+        claim = queue.serving.claim(owner)
         if claim is None:
             raise SystemExit(f"{queue.path} ran dry")
-        queue.complete(claim)
+        queue.serving.complete(claim)
     seconds = time.perf_counter() - started
     for name in fabricate(queue.path / "ready", BATCH, ready=True):
-        queue.note_ready(name)
+        queue.serving.note_ready(name)
     return seconds
 
 

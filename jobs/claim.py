@@ -84,7 +84,7 @@ class Retry(NamedTuple):
 
 
 class Finished(NamedTuple):
-    """Where a finished run's job went, and why (`Queue.finish`)."""
+    """Where a finished run's job went, and why (`queue.serving.finish`)."""
 
     state: State
     verdict: Verdict
@@ -273,7 +273,7 @@ class Claimer:
             raise
 
     def finish(self, claim: Claim, end: RunEnd, now: float) -> Finished:
-        """`Queue.finish`: the job folder opened once; the outcome written, then the move
+        """`queue.serving.finish`: the job folder opened once; the outcome written, then the move
         its verdict and `fate` choose."""
         verdict = end.verdict
         with _open(self.folder, claim, "record the outcome of") as job:
@@ -289,22 +289,22 @@ class Claimer:
         return Finished(state, verdict, retry)
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
-        """`Queue.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
+        """`queue.serving.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
         with _open(self.folder, claim, "record the outcome of") as job:
             self._write_outcome(job, claim, outcome, now)
 
     def complete(self, claim: Claim, now: float) -> None:
-        """`Queue.complete`: the result linked, the event logged and the folder made durable, then the move."""
+        """`queue.serving.complete`: the result linked, the event logged and the folder made durable, then the move."""
         with _open(self.folder, claim, "complete") as job:
             self._complete(job, claim, now)
 
     def fail(self, claim: Claim, error: Mapping[str, Any], now: float, delay: float, permanent: bool) -> State:
-        """`Queue.fail`: `fate` decides between a retry and `dead/`."""
+        """`queue.serving.fail`: `fate` decides between a retry and `dead/`."""
         with _open(self.folder, claim, "fail") as job:
             return self._fail(job, claim, error, now, delay, permanent)
 
     def release(self, claim: Claim, now: float, reason: str) -> None:
-        """`Queue.release`: `fate` decides; the counter goes back one before the move."""
+        """`queue.serving.release`: `fate` decides; the counter goes back one before the move."""
         with _open(self.folder, claim, "release") as job:
             self._release(job, claim, now, reason)
 
@@ -358,7 +358,7 @@ class Claimer:
         return State.READY
 
     def note_lost(self, claim: Claim, how: str, now: float) -> None:
-        """`Queue.note_lost`: found wherever it went; its run gets a lost outcome if it has none."""
+        """`queue.serving.note_lost`: found wherever it went; its run gets a lost outcome if it has none."""
         try:
             _, place = view.locate(self.folder, claim.job_id)
             with place.open() as job:

@@ -37,7 +37,7 @@ def register(folder: QueueFolder, owner: Owner, functions: Functions | None) -> 
 
 
 def heartbeat(folder: QueueFolder, owner: str) -> None:
-    """`Queue.heartbeat`: the owner file's mtime is the lease; gone means reaped."""
+    """`queue.serving.heartbeat`: the owner file's mtime is the lease; gone means reaped."""
     try:
         os.utime(f"{owner}/{OWNER_FILE}", dir_fd=folder.at(State.CLAIMED).fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -61,7 +61,7 @@ def record_skipped(
 
 
 def retire(folder: QueueFolder, owner: str) -> None:
-    """`Queue.retire_owner`: the owner file goes first, then the folder if nothing else is in it."""
+    """`queue.serving.retire_owner`: the owner file goes first, then the folder if nothing else is in it."""
     claimed = folder.at(State.CLAIMED)
     try:
         with claimed.sub(owner) as owner_dir:

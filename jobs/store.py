@@ -1,10 +1,9 @@
-"""The queue: one object for everyone who acts on it, over modules cut by who acts.
+"""The queue: the user's API, over modules cut by who acts.
 
-    submitters      enqueue, with_options, enqueue_many   (jobs.submit, jobs.incoming)
-    the owner's managers  register, claim, complete, fail, release   (jobs.claim)
-    readers         job, jobs, counts, events, wait, result   (jobs.view, jobs.listing, jobs.waiting)
-    operators       cancel, retry, drain, pause, configure, purge   (jobs.operator, jobs.pause)
-    the sweeper     sweep, promote   (jobs.sweep)
+    submitters      enqueue, with_options, enqueue_many, chain   (jobs.submit, jobs.incoming)
+    readers         job, jobs, page, counts, events, wait, result   (jobs.view, jobs.listing, jobs.waiting)
+    operators       cancel, retry, drain, pause, configure, purge   (jobs.operator, jobs.pause, jobs.sweep)
+    its owner's managers and sweeper   `queue.serving`   (jobs.serving)
 
 Each transition is one rename of the job directory (see `jobs/__init__`).
 """
@@ -14,42 +13,32 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from jobs import (
-    depends,
-    files,
     incoming,
+    job_files,
     listing,
     operator,
-    owners,
-    run_folder,
     stats,
-    submissions,
     sweep,
     timetable,
     view,
     waiting,
 )
 from jobs import pause as pause_file
-from jobs.claim import Claim, Claimer, ClaimState, Finished
+from jobs.claim import Claim
 from jobs.command import command_call
-from jobs.config import TMP_AGE
 from jobs.errors import (
     InvalidJob,
     JobFailed,
-    JobsError,
     NotFinished,
-    QueueReplaced,
 )
-from jobs.fate import RunEnd
 from jobs.folder import (
-    EVENTS_FILE,
     QueueFolder,
-    filesystem_now,
 )
 from jobs.handles import Entry
 from jobs.index import ReadyIndex
@@ -57,19 +46,13 @@ from jobs.job import (
     JobOptions,
     State,
     check_job_id,
-    created_at,
-    parse_scheduled_name,
-    scheduled_name,
 )
 from jobs.job_view import Job
-from jobs.lease import Liveness, Owner
-from jobs.pause import NOT_PAUSED, Paused
-from jobs.planner import Planner
-from jobs.policy import Functions, Policy
+from jobs.pause import Paused
 from jobs.schedules import Schedule
+from jobs.serving import Serving
 from jobs.submit import Call, Publisher, Submitter
 from jobs.timetable import ScheduleInfo
-from jobs.view import OwnerFolder
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +68,13 @@ class Queue:
     ) -> None:
         self.folder = QueueFolder(path, create=create, durable=durable, shared=shared)
         folder = self.folder  # captured alone, not `self`: no cycle keeps a dropped queue's handles open
-        self._index = ReadyIndex(lambda: folder.at(State.READY).scandir())
-        self._publisher = Publisher(folder, self._index.add)  # its own entries: not a watcher's news
-        self._claimer = Claimer(folder, self._index)
-        self._intake = incoming.Intake(folder)
-        self.last_sweep_skips = sweep.Skips()  # what the last sweep of this object skipped
+        index = ReadyIndex(lambda: folder.at(State.READY).scandir())
+        self._publisher = Publisher(folder, index.add)  # its own entries: not a watcher's news
+        self.serving = Serving(folder, index, self._publisher)  # its owner's managers' and sweeper's side
 
     @property
     def path(self) -> Path:
         return self.folder.path
-
-    def state_path(self, state: State) -> Path:
-        """A state folder's path, to show or to watch (every operation goes through handles)."""
-        return self.folder.state_dir(state)
-
-    @property
-    def identity(self) -> tuple[int, int]:
-        """The folder opened (device, inode): two paths to one queue (a link, `..`) have the same."""
-        found = os.fstat(self.folder.root.fd)
-        return found.st_dev, found.st_ino
 
     @property
     def shared(self) -> bool:
@@ -113,25 +84,6 @@ class Queue:
     @property
     def durable(self) -> bool:
         return self.folder.durable
-
-    def set_group(self, gid: int) -> None:
-        """Give a shared queue to group `gid` (its owner only)."""
-        self.folder.set_group(gid)
-
-    def set_owner_group(self, gid: int) -> None:
-        """Give a shared queue's `incoming/` the group `gid`, which only its owner may be in:
-        members' submission folders inherit it, so that only the owner's managers may empty them."""
-        self.folder.set_owner_group(gid)
-
-    def tighten(self) -> list[str]:
-        """Make the queue's modes what its kind needs (a queue made by an earlier forkvisor, or by
-        hand); return what was changed, in words."""
-        return self.folder.tighten()
-
-    def problems(self) -> list[str]:
-        """What lets others steer this queue (a folder or `queue.json` others may write, an owner
-        not this process's user); empty when a manager may serve it (docs/SECURITY.md)."""
-        return self.folder.problems()
 
     @property
     def file_mode(self) -> int:
@@ -150,14 +102,6 @@ class Queue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def check_folders(self) -> None:
-        """Raise QueueReplaced if the queue's folder, or a state folder this object has open,
-        no longer stands at its name (see `jobs.handles`): a manager stops rather than go on
-        with folders nobody else sees."""
-        why = self.folder.replaced()
-        if why is not None:
-            raise QueueReplaced(f"{why}; stopping rather than use a folder the queue no longer holds")
 
     # -- submitting ----------------------------------------------------------
 
@@ -201,162 +145,13 @@ class Queue:
         """The settings `queue.json` sets (the others take their built-in values)."""
         return dict(self.folder.stored_settings)
 
-    def reload_settings(self) -> bool:
-        """Read the settings again (another process may have changed them); whether they changed."""
-        return self.folder.reload_settings()
-
     def configure(self, **changes: Any) -> dict[str, Any]:
         """Check and store new settings (None unsets one); return them all. Durations
         and sizes may be text ("5m", "512M")."""
         self.folder.write_settings(changes)
         return self.settings
 
-    # -- the owning manager's side (jobs.owners, jobs.claim) --------------------------
-
-    def register_owner(self, owner: Owner, functions: Functions | None = None) -> None:
-        """Create `claimed/OWNER/`, whose owner file's mtime is the heartbeat (see `jobs.claim`)."""
-        owners.register(self.folder, owner, functions)
-
-    def record_skipped(self, owner: str, source: str, skipped: Mapping[str, str], count: int | None = None) -> None:
-        """Keep in `owner`'s folder what it skipped (`source`: "claims" or "sweep") for `status`."""
-        owners.record_skipped(self.folder, owner, source, skipped, count)
-
-    def heartbeat(self, owner: str) -> None:
-        """Renew `owner`'s lease; raise ClaimLost if a sweeper has reaped it."""
-        owners.heartbeat(self.folder, owner)
-
-    def retire_owner(self, owner: str) -> None:
-        """Remove an owner's empty folder when it stops; its remaining jobs stay for the sweeper."""
-        owners.retire(self.folder, owner)
-
-    def return_unheld(
-        self, owner: str, held: set[str], now: float | None = None, functions: Functions | None = None
-    ) -> int:
-        """Return the jobs in `claimed/OWNER/` that the owner holds no run of (an error struck
-        between their claim and their fork); how many moved."""
-        cause = f"claimed by {owner} but never started (an error came between the claim and the fork)"
-        owner_dir = self.folder.at(State.CLAIMED) / owner
-        return sweep.return_unheld(self.folder, owner_dir, held, cause, _now(now), self._index.add, functions)
-
-    def claim(
-        self, owner: str, now: float | None = None, functions: Functions | None = None, paused: Paused = NOT_PAUSED
-    ) -> Claim | None:
-        """Claim the next ready job for `owner` and count its attempt; None if none is ready.
-
-        With `functions`, only a job this claimer can run: any other is given back as it was
-        (no attempt used) and not looked at again by this queue object; its policy comes from
-        `functions`' registration. Without, every job is claimed and resolved without one.
-        A job of a `paused` function is given back too, until `index.forget_skips()`.
-        """
-        return self._claimer.claim(owner, _now(now), functions, paused)
-
-    def claim_state(self, claim: Claim) -> ClaimState:
-        """Whether the claimed job is still where its claim put it, and whether an operator
-        cancelled it or froze its run; OSError when it cannot be looked at now (not the
-        same as gone)."""
-        return self._claimer.state(claim)
-
-    def finish(self, claim: Claim, end: RunEnd, now: float | None = None) -> Finished:
-        """Finish a run from how it ended: write its `outcome.json`, then move its job on as
-        the end's verdict says (done; back to ready/ if a drain stopped it before it returned;
-        a retry after the policy's backoff; dead once its attempts are used, at once when
-        the failure is permanent or an operator cancelled it). Where the job went, and for a
-        retry in scheduled/ its name's parts (its manager may promote it by name)."""
-        return self._claimer.finish(claim, end, _now(now))
-
-    def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float | None = None) -> None:
-        """Write how the run ended into its folder (exit status, rusage, error...)."""
-        self._claimer.record_outcome(claim, outcome, _now(now))
-
-    def complete(self, claim: Claim, now: float | None = None) -> None:
-        """Move a claimed job to `done/`, with its run's result as `result.json`."""
-        self._claimer.complete(claim, _now(now))
-
-    def fail(
-        self,
-        claim: Claim,
-        error: Mapping[str, Any],
-        now: float | None = None,
-        *,
-        delay: float = 0.0,
-        permanent: bool = False,
-    ) -> State:
-        """Record a failed attempt: schedule a retry after `delay`, or bury the job in
-        `dead/` once its attempts are used up or at once when `permanent`."""
-        return self._claimer.fail(claim, error, _now(now), delay, permanent)
-
-    def release(self, claim: Claim, now: float | None = None, reason: str = "released") -> None:
-        """Put a claimed job back in `ready/` without using an attempt (operator shutdown);
-        a job an operator cancelled goes to `dead/` instead."""
-        self._claimer.release(claim, _now(now), reason)
-
-    def note_lost(self, claim: Claim, how: str = "stopped", now: float | None = None) -> None:
-        """Log in the job's events that this run's claim was lost (wherever the job is now)."""
-        self._claimer.note_lost(claim, how, _now(now))
-
-    @property
-    def index(self) -> ReadyIndex:
-        """The claim index of this queue object: its `scans` and `skipped` say what claiming cost."""
-        return self._index
-
-    @property
-    def left_for_others(self) -> dict[str, int]:
-        """Functions this queue object's claims could not run, with how many jobs it gave back."""
-        return self._claimer.left_for_others
-
-    @property
-    def unclaimable(self) -> dict[str, str]:
-        """`ready/` entries its claims skip (they cannot be moved), with why (the first 100)."""
-        return self._claimer.unclaimable
-
-    @property
-    def more_to_examine(self) -> bool:
-        """The last claim stopped at its budget of entries: call again soon."""
-        return self._claimer.more_to_examine
-
-    def has_claimable(self) -> bool:
-        """Whether `ready/` holds, now, a job this queue object has not given back (one scan)."""
-        self._index.rescan()
-        return self._index.holds_names
-
-    def take_in(
-        self, now: float | None = None, budget: int = 64, leftovers: bool = False, seconds: float | None = None
-    ) -> int:
-        """Take in members' submissions and requests from `incoming/` (see `jobs.incoming`),
-        at most `budget` of them in at most `seconds`; return how many were handled. The
-        queue's owner (its managers) does this; `leftovers`: also finish interrupted take-ins
-        (the sweeper's chore)."""
-        now = _now(now)
-        return self._intake.take_in(now, self._take_in_actions(now), budget, seconds, leftovers)
-
-    def _take_in_actions(self, now: float) -> incoming.Actions:
-        return incoming.Actions(
-            cancel=self.cancel,
-            retry=self.retry,
-            on_ready=self._index.add,
-            publish_waiting=lambda staging, job_id, spec: self._publisher.publish_waiting(
-                staging, job_id, spec.depends_on, now
-            ),
-        )
-
-    def member_folders(self) -> list[Path]:
-        """The members' submission folders of `incoming/` this process may look into (to watch)."""
-        return [Path(place.path) for place in submissions.member_folders(self.folder)]
-
-    def pending_requests(self) -> int:
-        """How many members' requests (cancel, retry) wait to be taken in."""
-        return submissions.pending_requests(self.folder)
-
-    @property
-    def more_to_take_in(self) -> bool:
-        """The last take-in stopped at its budget or its time: call again soon."""
-        return self._intake.more
-
-    @property
-    def intake_skipped(self) -> tuple[dict[str, str], int]:
-        """What this queue object's take-ins set aside (folders and entries of incoming/ they
-        cannot use), the first ones with why, and how many."""
-        return dict(self._intake.skipped), self._intake.skipped_count
+    # -- a member's requests, and who owns the queue ---------------------------------
 
     def ask(self, job_id: str, action: str, why: str = "") -> None:
         """As a member of a shared queue, ask its managers to `cancel` or `retry` one of your
@@ -380,99 +175,20 @@ class Queue:
         """Whether this process owns the queue (else it submits and asks through incoming/)."""
         return self.folder.owned()
 
-    def note_ready(self, name: str) -> None:
-        """Tell the claim index about a new `ready/` entry (from inotify)."""
-        self._index.note(name)
-
-    def note_ready_missed(self) -> None:
-        """Tell the claim index that the watcher lost events: it rescans `ready/` first."""
-        self._index.forget_scan()
-
-    def stats_file(self, role: str) -> stats.StatsFile:
-        """The counters a manager or a sweeper (`role`) keeps for this queue (see `jobs.stats`)."""
-        return stats.StatsFile(self.folder, role)
-
     # -- reading -----------------------------------------------------------------
 
     def job(self, job_id: str) -> Job:
         """The current view of one job; raise JobNotFound or InvalidJobId."""
-        while True:  # a job that moves while we read it is looked for again (it always ends somewhere)
-            state, place = view.locate(self.folder, job_id)
-            job = view.read_moving(self.folder, state, place)
-            if job is not None:
-                return job
+        return job_files.job(self.folder, job_id)
 
     def events(self, job_id: str, limit: int = 1 << 20) -> list[str]:
         """The lines of a job's `events` log (empty if it has none, or it cannot be read)."""
-        state, place = view.locate(self.folder, job_id)
-        if state is State.INCOMING:
-            return []
-        try:
-            with place.open() as job:
-                data = files.read_limited(EVENTS_FILE, limit, job.fd)
-        except OSError:
-            return []
-        return data.decode("utf-8", "replace").splitlines()
+        return job_files.events(self.folder, job_id, limit)
 
     def open_output(self, job_id: str, run: int, name: str) -> BinaryIO | None:
         """Open a run's `stdout` or `stderr` for reading (None if the run wrote none). The file
         follows the job as it moves; it may not be a regular file (a job wrote something odd)."""
-        if name not in ("stdout", "stderr"):
-            raise InvalidJob(f"a run's output is stdout or stderr, not {name!r}")
-        _, place = view.locate(self.folder, job_id)
-        try:
-            with place.dir.sub(f"{place.name}/attempt-{run}") as attempt:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=attempt.fd)
-        except FileNotFoundError:
-            return None
-        return os.fdopen(fd, "rb")
-
-    def owners(self) -> list[OwnerFolder]:
-        """The folders of `claimed/`: the managers serving the queue (and those being reaped)."""
-        return view.owner_folders(self.folder)
-
-    def served_functions(self, owners: Iterable[OwnerFolder], now: float, is_alive: Liveness) -> dict[str, Any]:
-        """The functions live managers among `owners` run, each with the policy one of them declares."""
-        return view.served_functions(owners, now, is_alive)
-
-    def head_functions(self, limit: int) -> tuple[int, dict[str, int]]:
-        """The functions named by the first `limit` ready jobs in claim order: (jobs read, count per function)."""
-        return view.head_functions(self.folder, limit)
-
-    def effective_policy(self, job: Job, served: Mapping[str, Mapping[str, Any]]) -> Policy:
-        """The policy to show for `job`: its newest run's, or what a live manager would resolve now."""
-        return view.effective_policy(self.folder, job, served)
-
-    def claimed_jobs(self, owner: OwnerFolder) -> Iterator[Job]:
-        """The jobs in an owner's folder, each read whole (those that move as they are read are left out)."""
-        for place, _ in view.entries_in(owner.place, State.CLAIMED):
-            job = view.read_moving(self.folder, State.CLAIMED, place)
-            if job is not None:
-                yield job
-
-    def run_pid(self, job: Job) -> tuple[int, float] | None:
-        """The pid of the job's newest run's child, and when it started; None if unknown."""
-        return self._newest_run(job, run_folder.read_pid)
-
-    def run_progress(self, job: Job) -> dict[str, Any] | None:
-        """What the job's newest run last said of its progress (`jobs.current().progress`)."""
-        return self._newest_run(job, run_folder.read_progress)
-
-    def _newest_run(self, job: Job, read: Callable[[int], _T | None]) -> _T | None:
-        if not job.history:
-            return None
-        try:
-            _, place = view.locate(self.folder, job.id)
-            with place.dir.sub(f"{place.name}/attempt-{job.history[-1].number}") as run:
-                return read(run.fd)
-        except (OSError, JobsError):
-            return None
-
-    def oldest_ready_age(self, now: float) -> float | None:
-        """Seconds since the longest-waiting ready job was enqueued; None if none is ready."""
-        ready = view.entries_in(self.folder.at(State.READY), State.READY, check_dirs=False)
-        oldest = min((job_id for _, job_id in ready), default=None)
-        return None if oldest is None else max(0.0, now - created_at(oldest))
+        return job_files.open_output(self.folder, job_id, run, name)
 
     def stats(self) -> stats.Tally:
         """What every manager and sweeper of the queue counted, summed (see `jobs.stats`)."""
@@ -535,21 +251,11 @@ class Queue:
             raise JobFailed(job_id, dict(job.error or {"message": "no error.json was recorded"}))
         raise NotFinished(f"job {job_id} has not finished: it is {job.state.value}; pass wait=True to wait for it")
 
-    def scheduled_after(self, when: float) -> int:
-        """How many scheduled jobs are due after `when` (epoch seconds)."""
-        names = self.folder.at(State.SCHEDULED).names()
-        return sum(1 for parsed in map(parse_scheduled_name, names) if parsed and parsed[2] > when)
-
     # -- operator actions ------------------------------------------------------
 
     def request_drain(self, now: float | None = None) -> None:
         """Ask every manager of the queue to drain: a new `drain` file in the queue folder."""
         operator.request_drain(self.folder, _now(now))
-
-    def drain_request(self) -> tuple[int, int] | None:
-        """Which drain request stands now (its file's inode and mtime), None if none does: a
-        manager drains when this changes after its start."""
-        return operator.drain_request(self.folder)
 
     def pause(self, functions: Iterable[str] | None = None) -> Paused:
         """Stop every manager of the queue from starting its jobs (those of `functions`, or
@@ -574,7 +280,7 @@ class Queue:
         of a shared queue asks its managers instead (`ask`): the state is the job's as asked."""
         if not self.owned:
             return self._ask_for(job_id, "cancel")
-        take_in = lambda when: self._intake.take_in_one(job_id, when, self._take_in_actions(when))  # noqa: E731
+        take_in = lambda when: self.serving.take_in_one(job_id, when)  # noqa: E731
         return operator.cancel(self.folder, job_id, _now(now), take_in)
 
     def freeze(self, job_id: str, frozen: bool = True, now: float | None = None) -> int:
@@ -588,14 +294,9 @@ class Queue:
         if not self.owned:
             self._ask_for(job_id, "retry")
             return
-        operator.retry(self.folder, job_id, _now(now), self._index.add)
+        operator.retry(self.folder, job_id, _now(now), self.serving.index.add)
 
     # -- dependencies (jobs.depends) --------------------------------------------------
-
-    def settle_dependents(self, job_id: str, now: float | None = None, budget: int | None = None) -> int:
-        """Move on the jobs waiting for `job_id`, which ended: to ready/ once all they depend on
-        are done, to dead/ if it died (and they do not allow failure); return how many were looked at."""
-        return depends.settle_dependents(self.folder, job_id, _now(now), self._index.add, budget)
 
     def chain(self, calls: Iterable[Call]) -> list[str]:
         """Enqueue each call to run after the one before it is done; return their ids."""
@@ -631,39 +332,10 @@ class Queue:
     def schedule(self, name: str, now: float | None = None) -> ScheduleInfo:
         return timetable.info(self.folder, name, _now(now), self._locate)
 
-    def planner(self, declared: Iterable[Schedule] = ()) -> Planner:
-        """The firer of this queue's schedules and `declared` ones (a sweeper's)."""
-        return Planner(self.folder, declared, self._publisher)
-
     def _locate(self, job_id: str) -> tuple[State, Entry]:
         return view.locate(self.folder, job_id)
 
-    # -- sweeping (called by the lease-sweeper) --------------------------------------
-
-    def sweep(
-        self,
-        now: float,
-        is_alive: Callable[[Owner], bool | None],
-        tmp_age: float = TMP_AGE,
-        functions: Functions | None = None,
-        end_leftovers: sweep.EndLeftovers | None = None,
-    ) -> dict[str, int]:
-        """One sweep: revert dead or expired owners' claims (first ending, with `end_leftovers`,
-        what their runs left on this host), promote due scheduled jobs, quarantine abandoned
-        submissions. `now` is the file system's clock; `functions` resolve a lost run's
-        policy when its claimer recorded none. Each chore runs even if another fails; the
-        first failure is raised after all have run."""
-        self.last_sweep_skips = skips = sweep.Skips()
-        return sweep.sweep(self.folder, now, is_alive, self._index.add, tmp_age, functions, skips, end_leftovers)
-
-    def promote_due(self, now: float | None = None) -> list[str]:
-        """Move every due `scheduled/` job to `ready/` now; return their ids."""
-        return sweep.promote_due(self.folder, _now(now), self._index.add)
-
-    def promote(self, job_id: str, priority: int, due: float, now: float | None = None) -> bool:
-        """Promote one scheduled job by the name its `fail` gave it, without listing
-        `scheduled/` (a manager's own retries); False if it was no longer there."""
-        return sweep.promote_one(self.folder, scheduled_name(job_id, priority, due), _now(now), self._index.add)
+    # -- retention ---------------------------------------------------------------------
 
     def purge(
         self,
@@ -676,10 +348,6 @@ class Queue:
         """Delete terminal jobs whose last transition is older than `older_than` seconds; with a
         `budget`, each job's folder is only partly removed and sweeps finish it (the sweeper's)."""
         return sweep.purge(self.folder, State(state), older_than, _now(now), dry_run, budget)
-
-    def filesystem_now(self) -> float:
-        """The file system's clock, for judging leases (see `jobs.lease`)."""
-        return filesystem_now(self.folder.root, self.folder.file_mode)
 
 
 def _after(call: Call, parents: list[str]) -> Call:

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def run_end(running: Running, status: ExitStatus, now_wall: float) -> RunEnd:
     """How the run ended, decoded once: its exit, why its manager stopped it, its outcome
-    record; the store decides from it where the job goes (`Queue.finish`)."""
+    record; the store decides from it where the job goes (`queue.serving.finish`)."""
     run = _open_run(running.claim)
     try:
         outcome = _outcome(running, status, now_wall, run)

@@ -27,7 +27,7 @@ class Leftovers:
     def note_given_back(self) -> None:
         """Say once per function that its jobs are left for other managers (a deploy that
         has not reached this manager yet, or a manager without --app)."""
-        left = self.queue.left_for_others
+        left = self.queue.serving.left_for_others
         if len(left) <= len(self._noted):
             return
         for function in sorted(set(left) - self._noted):
@@ -50,12 +50,12 @@ class Leftovers:
     def _looks_empty(self, paused: Paused) -> bool:
         try:
             counts = self.queue.counts()
-            claimable = counts["ready"] and not paused.all and self.queue.has_claimable()
-            if counts["claimed"] or counts["incoming"] or claimable or self.queue.pending_requests():
+            claimable = counts["ready"] and not paused.all and self.queue.serving.has_claimable()
+            if counts["claimed"] or counts["incoming"] or claimable or self.queue.serving.pending_requests():
                 return False  # (members' submissions and requests are taken in first: they may be this one's)
             if not counts["scheduled"]:
                 return True
-            self.scheduled = self.queue.scheduled_after(time.time() + self.horizon)
+            self.scheduled = self.queue.serving.scheduled_after(time.time() + self.horizon)
             return self.scheduled == counts["scheduled"]
         except (OSError, JobsError) as exc:
             self.health.failed(exc)
@@ -70,6 +70,8 @@ class Leftovers:
             log.info(
                 "left %d job(s) scheduled beyond the %gs horizon in %s", self.scheduled, self.horizon, self.queue.path
             )
-        if self.queue.left_for_others:
-            functions = ", ".join(f"{name} ({count})" for name, count in sorted(self.queue.left_for_others.items()))
+        if self.queue.serving.left_for_others:
+            functions = ", ".join(
+                f"{name} ({count})" for name, count in sorted(self.queue.serving.left_for_others.items())
+            )
             log.warning("left ready the jobs this manager does not run: %s in %s", functions, self.queue.path)

@@ -1,7 +1,7 @@
 """Recording what became of each claimed job, and moving it on.
 
 A reaped child's end is decoded once (`harvest.run_end`) and handed to the store in
-one call (`Queue.finish`), which writes its outcome and moves the job on (done, back to
+one call (`queue.serving.finish`), which writes its outcome and moves the job on (done, back to
 ready, a retry, dead) as `jobs.fate` decides. When the store fails (a full disk), the
 harvest is kept and tried again at every turn: the job stays this manager's
 meanwhile, and its heartbeat keeps the claim. A retry due soon is promoted by
@@ -115,7 +115,7 @@ class Outcomes:
     def _note_lost(self, running: Running, status: forking.ExitStatus) -> None:
         """Say in the job (wherever it is now) how the run whose claim was lost ended."""
         try:
-            self.queue.note_lost(running.claim, status.describe())
+            self.queue.serving.note_lost(running.claim, status.describe())
         except OSError as exc:  # the note is only informative
             log.error("cannot note the lost claim in job %s: %s", running.claim.job_id, exc)
 
@@ -132,7 +132,7 @@ class Outcomes:
         while self._retries and self._retries[0][0] <= now:
             due, job_id, priority = heapq.heappop(self._retries)
             try:
-                self.queue.promote(job_id, priority, due, now)
+                self.queue.serving.promote(job_id, priority, due, now)
             except (OSError, JobsError) as exc:
                 log.error("cannot promote the retry of job %s: %s; a sweep will", job_id, exc)
 
@@ -147,8 +147,8 @@ class Outcomes:
         """A job that cannot start here at all (unknown function, bad command, no such submitter): dead."""
         error = {"type": type(exc).__name__, "message": str(exc)}
         try:
-            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "error": error})
-            self.queue.fail(claim, error, permanent=True)
+            self.queue.serving.record_outcome(claim, {"run": claim.run, "started": False, "error": error})
+            self.queue.serving.fail(claim, error, permanent=True)
         except (OSError, JobsError) as failure:
             log.error("cannot record why job %s cannot start: %s", claim.job_id, failure)
         log.warning(
@@ -162,21 +162,23 @@ class Outcomes:
         """The host could not fork: the job goes back, its attempt not counted."""
         error = {"type": "ForkFailed", "message": f"cannot fork: {exc}"}
         try:
-            self.queue.record_outcome(claim, {"run": claim.run, "started": False, "released": True, "error": error})
+            self.queue.serving.record_outcome(
+                claim, {"run": claim.run, "started": False, "released": True, "error": error}
+            )
         except (OSError, JobsError):
             pass  # the release below still gives the attempt back
         self.release(claim, f"fork failed: {exc}")
 
     def release(self, claim: Claim, reason: str) -> None:
         try:
-            self.queue.release(claim, reason=reason)
+            self.queue.serving.release(claim, reason=reason)
         except (OSError, JobsError) as exc:
             log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
 
     def _record(self, running: Running, status: forking.ExitStatus, end: RunEnd, report: bool) -> bool:
         """Finish the run in the store (its outcome, its job's next place) and say so; False if the store failed."""
         try:
-            finished = self.queue.finish(running.claim, end)
+            finished = self.queue.serving.finish(running.claim, end)
             self.health.worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)
@@ -210,7 +212,7 @@ class Outcomes:
         """Move on the jobs waiting for this one (a second step: the sweep repairs a crash
         between the two, and finishes a fan-out larger than one turn's share)."""
         try:
-            self.queue.settle_dependents(job_id, budget=SETTLE_PER_HARVEST)
+            self.queue.serving.settle_dependents(job_id, budget=SETTLE_PER_HARVEST)
         except (OSError, JobsError) as exc:
             log.error("cannot settle the jobs waiting for %s: %s; a sweep will", job_id, exc)
 

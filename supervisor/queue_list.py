@@ -19,14 +19,14 @@ def open_queues(queues: QueueLike | Sequence[QueueLike]) -> list[Queue]:
     opened = [queue if isinstance(queue, Queue) else Queue(queue, create=False) for queue in given]
     seen: dict[tuple[int, int], Queue] = {}
     for queue in opened:
-        if (twin := seen.setdefault(queue.identity, queue)) is not queue:
+        if (twin := seen.setdefault(queue.serving.identity, queue)) is not queue:
             raise ConfigError(f"{queue.path} is given twice (as {twin.path} too): give each queue once")
     return opened
 
 
 def queue_caps(queues: list[Queue], caps: Mapping[QueueLike, int]) -> dict[int, int]:
     """Each capped queue's index, with its cap; ConfigError for a queue not served or a cap below 1."""
-    indexes = {queue.identity: index for index, queue in enumerate(queues)}
+    indexes = {queue.serving.identity: index for index, queue in enumerate(queues)}
     found = {}
     for key, cap in caps.items():
         identity = _identity(key)
@@ -42,7 +42,7 @@ def queue_caps(queues: list[Queue], caps: Mapping[QueueLike, int]) -> dict[int, 
 
 def _identity(queue: QueueLike) -> tuple[int, int] | None:
     if isinstance(queue, Queue):
-        return queue.identity
+        return queue.serving.identity
     try:
         found = os.stat(queue)
     except OSError:

@@ -92,7 +92,7 @@ class Served:
         self.functions = Functions(registry, commands=settings.commands)
         self.health = StoreHealth()
         share = settings.concurrency if cap is None else min(cap, settings.concurrency)
-        self.stats = queue.stats_file("manager")  # what `forkvisor metrics` and the web page count
+        self.stats = queue.serving.stats_file("manager")  # what `forkvisor metrics` and the web page count
         self.outcomes = Outcomes(queue, self.health, self.stats.tally, label)
         self.containment = containment or ProcessContainment("none given")
         self.tenancy = Tenancy(queue, self.functions, settings.lease, self.health, share, self.containment)
@@ -129,9 +129,9 @@ class Served:
         and the pause; a drain request drains the manager."""
         queue = self.queue
         for name in news.ready:
-            queue.note_ready(name)
+            queue.serving.note_ready(name)
         if news.missed:
-            queue.note_ready_missed()
+            queue.serving.note_ready_missed()
         self.take_in_due = self.take_in_due or news.incoming
         if news.marked:
             self._marked.update(news.marked)
@@ -148,18 +148,18 @@ class Served:
         if not self.take_in_due or draining:
             return
         try:
-            self.queue.take_in(budget=TAKE_IN_PER_TURN, seconds=TAKE_IN_SECONDS)
+            self.queue.serving.take_in(budget=TAKE_IN_PER_TURN, seconds=TAKE_IN_SECONDS)
         except (OSError, JobsError) as exc:
             self.health.failed(exc)
             log.error("cannot take in the submissions of %s: %s", self.queue.path, exc)
-        self.take_in_due = self.queue.more_to_take_in  # more may wait: again next turn, at once
-        skipped, count = self.queue.intake_skipped
+        self.take_in_due = self.queue.serving.more_to_take_in  # more may wait: again next turn, at once
+        skipped, count = self.queue.serving.intake_skipped
         self.tenancy.record_skips(skipped, "take-in", count)
 
     def _reload_settings(self) -> None:
         """Take a changed queue setting (`forkvisor config`) into the next claims' policies."""
         try:
-            if self.queue.reload_settings():
+            if self.queue.serving.reload_settings():
                 log.info("settings of %s changed: %s", self.queue.path, self.queue.stored_settings)
         except (OSError, JobsError) as exc:
             log.error("cannot read the settings of %s: %s; keeping the ones read before", self.queue.path, exc)
@@ -174,7 +174,7 @@ class Served:
         if paused == self.paused:
             return
         if any(not paused.covers(f) for f in self.paused.functions) or (self.paused.all and not paused.all):
-            self.queue.index.forget_skips()  # what was resumed is claimable again
+            self.queue.serving.index.forget_skips()  # what was resumed is claimable again
         log.info("%s paused: %s", self.queue.path, paused.describe() if paused else "nothing (resumed)")
         self.paused = paused
 
@@ -184,7 +184,7 @@ class Served:
         if self.replaced is not None:
             return
         try:
-            self.queue.check_folders()
+            self.queue.serving.check_folders()
         except QueueReplaced as exc:
             log.error("%s", exc)
             self.replaced = exc
@@ -200,7 +200,7 @@ class Served:
         if now >= self._stats_due:
             self.write_stats(now)
         if self._marked:  # an operator marked them (inotify): act now, not at the heartbeat
-            children.check_claims(self.index, self.queue.claim_state, now, only=self._marked)
+            children.check_claims(self.index, self.queue.serving.claim_state, now, only=self._marked)
             self._marked = set()
         if not self.tenancy.heartbeat_due(now):
             return
@@ -210,7 +210,7 @@ class Served:
         elif not self.tenancy.renew(children.job_ids(self.index) | self.outcomes.unrecorded()):
             self.recover_from_reaping(children)
         else:
-            children.check_claims(self.index, self.queue.claim_state, now)
+            children.check_claims(self.index, self.queue.serving.claim_state, now)
 
     def write_stats(self, now: float) -> None:
         """Write the counters if they changed since the last write (else nothing)."""
@@ -273,7 +273,7 @@ class Served:
 
     def _claim_next(self, children: Children) -> Claim | None:
         try:
-            claim = self.queue.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
+            claim = self.queue.serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
             if claim is not None:
                 self.health.worked()
             return claim
@@ -284,7 +284,7 @@ class Served:
             log.error("cannot claim from %s: %s", self.queue.path, exc)
         finally:
             self.leftovers.note_given_back()
-            self.tenancy.record_skips(self.queue.unclaimable)
+            self.tenancy.record_skips(self.queue.serving.unclaimable)
         return None
 
     # -- the end ------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ class ServedQueues(tuple[Served, ...]):
             soonest = min(soonest, served.next_deadline(now, sweepers))
             if served.take_in_due and not draining:
                 return now
-            if served.queue.more_to_examine and may_start(served):
+            if served.queue.serving.more_to_examine and may_start(served):
                 return now
         return soonest
 

@@ -89,9 +89,9 @@ class Snapshot:
 
 
 def take(queue: Queue) -> Snapshot:
-    now = queue.filesystem_now()
-    folders = queue.owners()
-    served = queue.served_functions(folders, now, liveness.is_alive)
+    now = queue.serving.filesystem_now()
+    folders = queue.serving.owners()
+    served = queue.serving.served_functions(folders, now, liveness.is_alive)
     managers, running = [], []
     for found in folders:
         if found.owner is None:
@@ -101,13 +101,13 @@ def take(queue: Queue) -> Snapshot:
         running += jobs
     unserved = _unserved(queue, folders, served, now)
     paused = queue.paused()
-    oldest = queue.oldest_ready_age(now)
+    oldest = queue.serving.oldest_ready_age(now)
     described = paused.describe() if paused else ""
     return Snapshot(str(queue.path), queue.counts(), managers, running, oldest, unserved, described, paused.all)
 
 
 def _unserved(queue: Queue, folders: list[OwnerFolder], served: dict[str, Any], now: float) -> Unserved:
-    checked, functions = queue.head_functions(UNSERVED_SCAN)
+    checked, functions = queue.serving.head_functions(UNSERVED_SCAN)
     silent = any(f.functions is None and f.is_live(now, liveness.is_alive) for f in folders)
     missing = {name: count for name, count in functions.items() if name not in served}
     return Unserved(checked, missing, known=not silent)
@@ -115,12 +115,12 @@ def _unserved(queue: Queue, folders: list[OwnerFolder], served: dict[str, Any], 
 
 def served(queue: Queue) -> dict[str, Any]:
     """The functions live managers of `queue` run, each with the policy one of them declares."""
-    return queue.served_functions(queue.owners(), queue.filesystem_now(), liveness.is_alive)
+    return queue.serving.served_functions(queue.serving.owners(), queue.serving.filesystem_now(), liveness.is_alive)
 
 
 def policy_of(queue: Queue, job: Job, served_now: dict[str, Any]) -> Policy:
-    """The policy to show for `job` (see `Queue.effective_policy`)."""
-    return queue.effective_policy(job, served_now)
+    """The policy to show for `job` (see `queue.serving.effective_policy`)."""
+    return queue.serving.effective_policy(job, served_now)
 
 
 def describe(job: Job) -> str:
@@ -200,13 +200,13 @@ def _running_jobs(
 ) -> list[RunningJob]:
     local = liveness.is_alive(owner) is not None
     found = []
-    for job in queue.claimed_jobs(folder):
-        pid, started = queue.run_pid(job) or (None, None)
+    for job in queue.serving.claimed_jobs(folder):
+        pid, started = queue.serving.run_pid(job) or (None, None)
         cpu, rss = _tree_usage(pid, owner.pid) if local and pid is not None else (None, None)
         age = None if started is None else max(0.0, now - started)
-        limit = queue.effective_policy(job, served).max_attempts
+        limit = queue.serving.effective_policy(job, served).max_attempts
         what = describe(job)
-        progress = queue.run_progress(job)
+        progress = queue.serving.run_progress(job)
         found.append(
             RunningJob(job.id, job.function, what, job.attempts, limit, owner.name, age, pid, cpu, rss, progress)
         )

@@ -48,7 +48,7 @@ def run(
         log.error("the sweeper cannot open its queue: %s", exc)
         return forking.EXIT_FAILED
     every = purge_interval(retention, interval)
-    planner = queue.planner(functions.registry.schedules)
+    planner = queue.serving.planner(functions.registry.schedules)
     next_purge = next_sweep = 0.0
     recorded: dict[str, str] = {}
     stats = _counters(queue, owner)
@@ -84,7 +84,7 @@ def _counters(queue: Queue, owner: str | None) -> StatsFile | None:
     """The sweeper's counters (claims it took back), going on from its predecessor's."""
     if owner is None:
         return None
-    stats = queue.stats_file("sweeper")
+    stats = queue.serving.stats_file("sweeper")
     try:
         stats.start(owner)
     except (OSError, JobsError) as exc:
@@ -103,11 +103,11 @@ def _count(stats: StatsFile, owner: str, done: dict[str, int]) -> None:
 
 def _record_skips(queue: Queue, owner: str, recorded: dict[str, str]) -> dict[str, str]:
     """Write what the last sweep skipped to the manager's folder when it changed; return what is there."""
-    skips = queue.last_sweep_skips
+    skips = queue.serving.last_sweep_skips
     if skips.found == recorded:
         return recorded
     try:
-        queue.record_skipped(owner, "sweep", skips.found, skips.count)
+        queue.serving.record_skipped(owner, "sweep", skips.found, skips.count)
     except (OSError, JobsError) as exc:
         log.warning("cannot record the entries this sweep skipped: %s", exc)
         return recorded
@@ -126,12 +126,12 @@ def purge_interval(retention: float | None, interval: float) -> float:
 def sweep_once(queue: Queue, functions: Functions, tmp_age: float, retention: float | None) -> dict[str, int] | None:
     """One sweep, and a retention purge unless `retention` is None; what it did, None if it failed."""
     try:
-        queue.check_folders()  # a replaced state folder is not swept through the old handle
-        now = queue.filesystem_now()
-        queue.reload_settings()  # a lost run's attempt limit may come from them
-        done = queue.sweep(now, liveness.is_alive, tmp_age, functions, _end_leftovers)
+        queue.serving.check_folders()  # a replaced state folder is not swept through the old handle
+        now = queue.serving.filesystem_now()
+        queue.serving.reload_settings()  # a lost run's attempt limit may come from them
+        done = queue.serving.sweep(now, liveness.is_alive, tmp_age, functions, _end_leftovers)
         # For managers that do not watch it, and the leftovers of take-ins whose manager died:
-        done["taken in"] = queue.take_in(now, budget=TAKE_IN_PER_SWEEP, leftovers=True)
+        done["taken in"] = queue.serving.take_in(now, budget=TAKE_IN_PER_SWEEP, leftovers=True)
         if retention is not None:
             done["purged"] = len(queue.purge(State.DONE, retention, now, budget=TREE_BUDGET))
     except (OSError, JobsError) as exc:

@@ -59,7 +59,7 @@ class Tenancy:
 
     def _refuse_if_unsafe(self) -> None:
         """A queue that others may write is one they could steer: refuse it (docs/SECURITY.md)."""
-        problems = self.queue.problems()
+        problems = self.queue.serving.problems()
         if not problems:
             return
         path = self.queue.path
@@ -82,11 +82,11 @@ class Tenancy:
     def _new_owner(self) -> None:
         if self.owner is not None:  # reaped: its runs' place goes once the reaper emptied it
             self.containment.close_owner(self.owner.name)
-        owner = liveness.this_owner(self.lease, self.queue.filesystem_now(), self.concurrency)
+        owner = liveness.this_owner(self.lease, self.queue.serving.filesystem_now(), self.concurrency)
         runs = self.containment.runs_folder(owner.name)  # where a reaper finds its runs
         self.owner = replace(owner, runs=runs, containment=self.containment.mode)
         self.containment.open_owner(owner.name)
-        self.queue.register_owner(self.owner, self.functions)
+        self.queue.serving.register_owner(self.owner, self.functions)
         self.registered = True
         self._skips_recorded = {}  # a new owner folder: what it skips is written there anew
 
@@ -100,8 +100,8 @@ class Tenancy:
         """Heartbeat, and give back the claims no child holds (an error came between claim and
         fork); False if a sweeper has reaped this owner: its claims are void."""
         try:
-            self.queue.heartbeat(self.name)
-            self.queue.return_unheld(self.name, held, functions=self.functions)
+            self.queue.serving.heartbeat(self.name)
+            self.queue.serving.return_unheld(self.name, held, functions=self.functions)
         except ClaimLost:
             return False
         except (OSError, JobsError) as exc:
@@ -115,7 +115,7 @@ class Tenancy:
         if skipped == self._skips_recorded.get(source, {}) or not self.registered:
             return
         try:
-            self.queue.record_skipped(self.name, source, skipped, count)
+            self.queue.serving.record_skipped(self.name, source, skipped, count)
             self._skips_recorded[source] = dict(skipped)
         except (OSError, JobsError) as exc:
             log.warning("cannot record the entries this manager skips: %s", exc)
@@ -123,5 +123,5 @@ class Tenancy:
     def retire(self) -> None:
         """Remove the owner folder (its leftovers stay for the sweepers)."""
         if self.owner is not None:
-            self.queue.retire_owner(self.owner.name)
+            self.queue.serving.retire_owner(self.owner.name)
             self.containment.close_owner(self.owner.name)

@@ -80,8 +80,10 @@ class QueueWatch:
     def open(self) -> None:
         """Start watching; inotify may be missing (the poll covers it)."""
         queue = self.queue
-        self.watch = open_watch([queue.state_path(State.READY), queue.path, queue.state_path(State.INCOMING)])
-        for member in queue.member_folders():
+        self.watch = open_watch(
+            [queue.serving.state_path(State.READY), queue.path, queue.serving.state_path(State.INCOMING)]
+        )
+        for member in queue.serving.member_folders():
             self._watch_member(member)
 
     def follow_job(self, job_id: str, folder: str) -> None:
@@ -119,7 +121,7 @@ class QueueWatch:
         """Take in what inotify saw since the last read."""
         if self.watch is None:
             return
-        ready, incoming = self.queue.state_path(State.READY), self.queue.state_path(State.INCOMING)
+        ready, incoming = self.queue.serving.state_path(State.READY), self.queue.serving.state_path(State.INCOMING)
         names: list[str] = []
         marked: list[str] = []
         found = self.news
@@ -156,7 +158,7 @@ class QueueWatch:
 
     def _drain_request(self, unchanged: tuple[int, int] | None) -> tuple[int, int] | None:
         try:
-            return self.queue.drain_request()
+            return self.queue.serving.drain_request()
         except OSError as exc:  # the queue folder turned unreadable: no request can be seen
             log.error("cannot look for a drain request in %s: %s", self.queue.path, exc)
             return unchanged

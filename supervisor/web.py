@@ -266,7 +266,7 @@ class Board:
             events = queue.events(job.id)
             policy = snapshot.policy_of(queue, job, snapshot.served(queue))
             found = snapshot.job_document(job, policy, events)
-            found["progress"] = queue.run_progress(job) if job.state is State.CLAIMED else None
+            found["progress"] = queue.serving.run_progress(job) if job.state is State.CLAIMED else None
             found["what"] = snapshot.describe(job)
             found["output"] = {
                 str(run.number): {name: _tail(queue, job.id, run.number, name) for name in ("stdout", "stderr")}

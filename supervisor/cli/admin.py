@@ -133,10 +133,10 @@ def _init(args: argparse.Namespace) -> int:
     if not queue.owned:
         raise UsageError(f"{queue.path} belongs to another user: only its owner can set it up")
     if gid is not None:
-        queue.set_group(gid)
+        queue.serving.set_group(gid)
     if queue.shared:
-        queue.set_owner_group(_owner_group(queue, args.owner_group))
-    for change in queue.tighten():  # a queue made by an earlier forkvisor, or by hand
+        queue.serving.set_owner_group(_owner_group(queue, args.owner_group))
+    for change in queue.serving.tighten():  # a queue made by an earlier forkvisor, or by hand
         print(f"forkvisor: tightened {change}", file=sys.stderr)
     if changes:
         queue.configure(**changes)
@@ -348,7 +348,7 @@ class _ProgressBar:
             job = queue.job(job_id)
         except JobsError:
             return ""
-        said = queue.run_progress(job) if job.state is State.CLAIMED else None
+        said = queue.serving.run_progress(job) if job.state is State.CLAIMED else None
         if not said:
             return ""
         return f"{self._bar(progress_share(said) or 0.0)} {safe(progress_text(said, time.time()))[:80]}"

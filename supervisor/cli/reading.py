@@ -204,7 +204,7 @@ def _show(args: argparse.Namespace) -> int:
     events = queue.events(job.id, MAX_EVENTS_BYTES)
     served = snapshot.served(queue)
     policy = snapshot.policy_of(queue, job, served)
-    progress = queue.run_progress(job) if job.state is State.CLAIMED else None
+    progress = queue.serving.run_progress(job) if job.state is State.CLAIMED else None
     if args.json:
         print_json({**snapshot.job_document(job, policy, events), "progress": progress})
         return 0

@@ -183,9 +183,9 @@ def operate(queue_path: Path, marks: Marks) -> None:
     queue.retry(jobs["crash.broken()"].id)
     for job_id in queue.purge(State.DONE, older_than=0, budget=1):  # as retention does: sweeps finish it
         marks.ack("purged", job_id)
-    queue.planner().fire(time.time(), time.monotonic())
+    queue.serving.planner().fire(time.time(), time.monotonic())
     marks.ack("tick", queue.schedule("tick").last_job or "-")
-    queue.sweep(time.time(), unknown_liveness)
+    queue.serving.sweep(time.time(), unknown_liveness)
 
 
 def reap(queue_path: Path, marks: Marks) -> None:

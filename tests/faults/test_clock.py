@@ -25,7 +25,7 @@ SPEC = '{"function": "fault.ok", "args": ["held elsewhere"]}'
 def foreign_owner(queue: Queue, lease: float) -> tuple[Path, str]:
     """An owner on another host holding one job; return its folder and the job's id."""
     owner = Owner(name="otherhost.4242.abcdef", host="otherhost", pid=4242, lease=lease, started=time.time())
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     folder = queue.path / "claimed" / owner.name
     job_id = new_job_id()
     (folder / job_id).mkdir()

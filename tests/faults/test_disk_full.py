@@ -235,7 +235,7 @@ def test_purge_frees_a_full_disk_of_jobs_with_no_output(tmpfs: Tmpfs) -> None:
     assert (queue.path / RESERVE_FILE).stat().st_size == RESERVE_SIZE, "kept again, in the room the purge freed"
     (queue.path / RESERVE_FILE).unlink()
     filler.unlink()
-    queue.sweep(time.time(), unknown_liveness)
+    queue.serving.sweep(time.time(), unknown_liveness)
     assert (queue.path / RESERVE_FILE).stat().st_size == RESERVE_SIZE, "and a sweep keeps it if it is missing"
 
 

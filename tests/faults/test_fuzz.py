@@ -173,7 +173,7 @@ def plant(queue: Queue, owner_dir: Path, entry: Entry, outside: Outside, planted
 def gone_owner(queue: Queue) -> Path:
     """The folder of an owner on another host, silent since 1970, to be reaped."""
     owner = Owner(name="otherhost.9.abcdef", host="otherhost", pid=9, lease=1.0)
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     folder = queue.path / "claimed" / owner.name
     os.utime(folder / OWNER_FILE, (1, 1))
     return folder
@@ -193,15 +193,15 @@ def read_everything(queue: Queue, ids: set[str]) -> None:
 def drain(queue: Queue, finish: list[bool]) -> int:
     """Claim everything; complete or fail each claim as the fuzz says; return how many."""
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     count = 0
-    while (claim := queue.claim(owner.name)) is not None:
+    while (claim := queue.serving.claim(owner.name)) is not None:
         if finish[count % len(finish)]:
-            queue.complete(claim)
+            queue.serving.complete(claim)
         else:
-            queue.fail(claim, {"message": "fuzz"}, permanent=True)
+            queue.serving.fail(claim, {"message": "fuzz"}, permanent=True)
         count += 1
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     return count
 
 
@@ -241,7 +241,7 @@ def test_store_survives_hostile_job_folders(entries: list[Entry], finish: list[b
             plant(queue, owner_dir, entry, outside, planted)
         with watchdog(10, "a store operation"):
             read_everything(queue, planted.job_ids)
-            queue.sweep(queue.filesystem_now() + 3600, unknown_liveness, tmp_age=60)
+            queue.serving.sweep(queue.serving.filesystem_now() + 3600, unknown_liveness, tmp_age=60)
             drain(queue, finish)
             read_everything(queue, planted.job_ids)
             check_settled(queue, planted)

@@ -264,16 +264,16 @@ def test_a_folder_where_a_file_belongs_does_not_strand_the_job(
 
 def _link_clock(queue: Queue, outside: Outside) -> None:
     (queue.path / ".clock").symlink_to(outside.secret)
-    queue.filesystem_now()
+    queue.serving.filesystem_now()
 
 
 def _link_heartbeat(queue: Queue, outside: Outside) -> None:
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     owner_file = queue.path / "claimed" / owner.name / OWNER_FILE
     owner_file.unlink()
     owner_file.symlink_to(outside.secret)
-    queue.heartbeat(owner.name)
+    queue.serving.heartbeat(owner.name)
 
 
 @pytest.mark.parametrize("touch", [_link_clock, _link_heartbeat], ids=["clock", "heartbeat"])
@@ -302,9 +302,9 @@ def test_a_state_folder_that_is_a_link_out_of_the_queue_is_not_used(tmp_path: Pa
     try:
         reopened = Queue(queue.path, create=False)
         owner = Owner.new()
-        reopened.register_owner(owner)
+        reopened.serving.register_owner(owner)
         reopened.enqueue("fault.ok")
-        reopened.claim(owner.name)
+        reopened.serving.claim(owner.name)
     except (OSError, JobsError):
         pass  # refusing to use the queue is fine (a QueueError saying why would be best)
     assert os.listdir(elsewhere) == [planted.name], "a folder outside the queue was written"
@@ -324,7 +324,7 @@ def test_a_shared_queue_runs_no_command_job_unless_told(procs: Processes, tmp_pa
     spec = {"function": "forkvisor.command", "args": ["touch", str(sentinel)]}
     (job_dir / "job.json").write_text(json.dumps(spec))  # by hand, as any group member could
     manager = start_manager(procs, queue)
-    wait_until(lambda: manager.queue.left_for_others, 10, "the command job was given back", manager=manager)
+    wait_until(lambda: manager.queue.serving.left_for_others, 10, "the command job was given back", manager=manager)
     manager.step(timeout=0.2)
     assert not sentinel.exists()
     found = queue.job(job_id)

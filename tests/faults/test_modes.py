@@ -88,7 +88,7 @@ def run_until_settled(procs: Processes, queue: Queue, ids: list[str]) -> None:
 
     wait_until(settled, 15, "every job ended and the sweeper swept", manager=manager)
     assert queue.job(ids[0]).state is State.DONE, dump(queue.job(ids[0]))
-    queue.purge(State.DONE, older_than=0, now=queue.filesystem_now() + 1)  # writes purged.log
+    queue.purge(State.DONE, older_than=0, now=queue.serving.filesystem_now() + 1)  # writes purged.log
     manager.close()
 
 
@@ -145,7 +145,7 @@ def test_a_group_member_submits_and_reads_results_in_a_shared_queue(
     os.chown(root, 0, _gid("nogroup"))
     root.chmod(0o2750)  # the setgid bit hands the group down to everything created inside
     queue = Queue(root, shared=True)
-    queue.set_owner_group(0)  # incoming/ in a group of the owner's alone (as `forkvisor init --shared` does)
+    queue.serving.set_owner_group(0)  # incoming/ in a group of the owner's alone (as `forkvisor init --shared` does)
     script = "import sys; from jobs import Queue; print(Queue(sys.argv[1]).enqueue('fault.ok', 'shared'))"
     submitted = subprocess.run(
         [*nobody, sys.executable, "-c", script, str(root)], cwd=REPO, capture_output=True, text=True, timeout=30

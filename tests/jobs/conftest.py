@@ -73,7 +73,7 @@ def queue(queue_path: Path) -> Queue:
 def owner(queue: Queue) -> Owner:
     """An owner registered on `queue` (lease 60 s)."""
     found = Owner.new(lease=60.0)
-    queue.register_owner(found)
+    queue.serving.register_owner(found)
     return found
 
 
@@ -131,7 +131,7 @@ class Hand:
     def owner(self, owner: Owner | None = None) -> Owner:
         """Register an owner folder (through the queue) and return the owner."""
         owner = owner or Owner.new()
-        self.queue.register_owner(owner)
+        self.queue.serving.register_owner(owner)
         return owner
 
     def heartbeat_of(self, owner: Owner) -> float:

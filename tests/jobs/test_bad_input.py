@@ -30,14 +30,14 @@ GOOD_SPEC = {"function": "sample.echo", "args": ["good"]}
 def claim_all(queue: Queue, owner: Owner) -> list[Claim]:
     """Claim until nothing is ready; never raises on a bad entry."""
     claims = []
-    while (claim := queue.claim(owner.name)) is not None or queue.more_to_examine:
+    while (claim := queue.serving.claim(owner.name)) is not None or queue.serving.more_to_examine:
         if claim is not None:
             claims.append(claim)
     return claims
 
 
 def expire(queue: Queue, hand: Hand, owner: Owner) -> dict[str, int]:
-    return queue.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
+    return queue.serving.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
 
 
 def one_note(hand: Hand) -> tuple[str, str]:
@@ -125,7 +125,7 @@ def test_symlink_in_scheduled_to_a_folder_outside_is_quarantined_unfollowed(
 ) -> None:
     name = scheduled_name(new_job_id(), 0, 1.0)
     (hand.dir(State.SCHEDULED) / name).symlink_to(outside, target_is_directory=True)
-    assert queue.sweep(now=time.time(), is_alive=unknown_liveness)["promoted"] == 0
+    assert queue.serving.sweep(now=time.time(), is_alive=unknown_liveness)["promoted"] == 0
     assert hand.names(State.SCHEDULED) == []
     assert hand.names(State.READY) == []
     entry, note = one_note(hand)
@@ -144,7 +144,7 @@ def test_symlink_in_scheduled_to_a_folder_outside_is_quarantined_unfollowed(
 )
 def test_badly_named_entry_in_scheduled_is_quarantined(queue: Queue, hand: Hand, name: str | bytes, why: str) -> None:
     hand.job_dir(hand.dir(State.SCHEDULED), name, GOOD_SPEC)
-    queue.sweep(now=time.time(), is_alive=unknown_liveness)
+    queue.serving.sweep(now=time.time(), is_alive=unknown_liveness)
     assert hand.names(State.SCHEDULED) == []
     assert hand.names(State.READY) == []
     entry, note = one_note(hand)
@@ -154,7 +154,7 @@ def test_badly_named_entry_in_scheduled_is_quarantined(queue: Queue, hand: Hand,
 
 def test_plain_file_in_scheduled_is_quarantined(queue: Queue, hand: Hand) -> None:
     (hand.dir(State.SCHEDULED) / scheduled_name(new_job_id(), 0, 1.0)).write_text("{}")
-    queue.sweep(now=time.time(), is_alive=unknown_liveness)
+    queue.serving.sweep(now=time.time(), is_alive=unknown_liveness)
     _, note = one_note(hand)
     assert "why: not a directory" in note
 
@@ -163,7 +163,7 @@ def test_bad_entry_in_scheduled_is_quarantined_even_behind_a_future_job(queue: Q
     now = time.time()
     later, _ = hand.scheduled_job(GOOD_SPEC, due=now + 3600)
     (hand.dir(State.SCHEDULED) / "zzz-not-a-job").write_text("x")
-    queue.sweep(now=now, is_alive=unknown_liveness)
+    queue.serving.sweep(now=now, is_alive=unknown_liveness)
     assert hand.names(State.SCHEDULED) == [scheduled_name(later, 0, now + 3600)]
     _, note = one_note(hand)
     assert "zzz-not-a-job" in note
@@ -177,7 +177,7 @@ def test_stale_symlink_and_file_in_tmp_are_quarantined_unfollowed(queue: Queue, 
     stray.write_text("{")
     hand.age(link, 7200, now)
     hand.age(stray, 7200, now)
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["abandoned"] == 2
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["abandoned"] == 2
     assert hand.names("tmp") == []
     quarantined = hand.quarantined()
     assert len(quarantined) == 2
@@ -239,7 +239,7 @@ def test_bad_entry_in_an_owner_folder_is_quarantined_when_reaped(
     plant: Callable[[Path, Path], tuple[str, str]],
 ) -> None:
     job_id = queue.enqueue("sample.echo")
-    queue.claim(owner.name)
+    queue.serving.claim(owner.name)
     folder_name, why = plant(hand.dir(State.CLAIMED) / owner.name, outside)
     result = expire(queue, hand, owner)
     assert result["reverted"] == 1
@@ -252,7 +252,7 @@ def test_bad_entry_in_an_owner_folder_is_quarantined_when_reaped(
 
 def test_healthy_owner_folder_is_not_searched(queue: Queue, owner: Owner, hand: Hand) -> None:
     (hand.dir(State.CLAIMED) / owner.name / "junk").write_text("x")
-    queue.sweep(now=hand.heartbeat_of(owner) + 1, is_alive=unknown_liveness)
+    queue.serving.sweep(now=hand.heartbeat_of(owner) + 1, is_alive=unknown_liveness)
     assert hand.names("quarantine") == []
     assert (hand.dir(State.CLAIMED) / owner.name / "junk").is_file()
 
@@ -266,7 +266,7 @@ def test_file_or_symlink_in_claimed_is_quarantined(queue: Queue, hand: Hand, tmp
         target = tmp_path / "elsewhere"
         target.mkdir()
         entry.symlink_to(target, target_is_directory=True)
-    queue.sweep(now=time.time(), is_alive=unknown_liveness)
+    queue.serving.sweep(now=time.time(), is_alive=unknown_liveness)
     assert hand.names(State.CLAIMED) == []
     assert len(hand.quarantined()) == 1
 
@@ -352,7 +352,7 @@ def _via_promote_and_claim(queue: Queue, hand: Hand, owner: Owner, write: Callab
     job_id = new_job_id()
     job_dir = hand.job_dir(hand.dir(State.SCHEDULED), scheduled_name(job_id, 0, 1.0), None)
     write(job_dir)
-    assert queue.sweep(now=hand.heartbeat_of(owner), is_alive=unknown_liveness)["promoted"] == 1
+    assert queue.serving.sweep(now=hand.heartbeat_of(owner), is_alive=unknown_liveness)["promoted"] == 1
     assert claim_all(queue, owner) == []
     return job_id
 
@@ -404,7 +404,7 @@ def test_a_job_of_a_newer_format_is_left_for_a_newer_manager(
     assert hand.names("quarantine") == []
     assert queue.job(job_id).attempts <= 1, "no attempt was used by being left"
     fresh = Owner.new()
-    queue.register_owner(fresh)
+    queue.serving.register_owner(fresh)
     assert claim_all(queue, fresh) == [], "given back once, it is not looked at again by this queue"
     assert hand.names(State.READY) == [ready_name(job_id, 0)]
 
@@ -530,7 +530,7 @@ def test_owner_file_with_a_bad_lease_does_not_stop_the_sweep(queue: Queue, hand:
     hand.age(folder, 3600, now)
     hand.age(folder / ".owner.json", 3600, now)
     due, _ = hand.scheduled_job(GOOD_SPEC, due=now - 1)
-    result = queue.sweep(now=now, is_alive=unknown_liveness)
+    result = queue.serving.sweep(now=now, is_alive=unknown_liveness)
     assert result["promoted"] == 1, "the rest of the sweep still runs"
     assert queue.job(job_id).state is State.READY
     assert queue.job(due).state is State.READY
@@ -544,9 +544,9 @@ def test_owner_file_that_is_not_an_owner_counts_as_missing(queue: Queue, hand: H
     job_id = new_job_id()
     hand.job_dir(folder, job_id, GOOD_SPEC, attempts=1)
     now = time.time()
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 0
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 0
     hand.age(folder, 61, now)
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 1
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 1
     assert queue.job(job_id).state is State.READY
 
 
@@ -583,7 +583,7 @@ def test_job_submitted_by_hand_is_claimable(queue: Queue, owner: Owner, hand: Ha
     assert claim.spec.kwargs == {}
     assert (claim.policy.max_attempts, claim.policy.timeout, claim.spec.priority) == (3, None, 0)
     assert (claim.run, claim.attempt) == (1, 1)
-    queue.complete(claim)
+    queue.serving.complete(claim)
     assert queue.job(job_id).state is State.DONE
 
 
@@ -619,6 +619,6 @@ def test_the_documented_job_json_example(queue: Queue, owner: Owner, hand: Hand)
 def test_job_scheduled_by_hand_is_promoted_when_due(queue: Queue, hand: Hand) -> None:
     now = time.time()
     job_id, _ = hand.scheduled_job({"function": "sample.echo", "priority": 5}, due=now + 10, priority=5)
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["promoted"] == 0
-    assert queue.sweep(now=now + 10.001, is_alive=unknown_liveness)["promoted"] == 1  # DUE is rounded up to ms
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["promoted"] == 0
+    assert queue.serving.sweep(now=now + 10.001, is_alive=unknown_liveness)["promoted"] == 1  # DUE is rounded up to ms
     assert hand.names(State.READY) == [f"095.{job_id}"]

@@ -19,7 +19,7 @@ from tests.jobs.conftest import add
 
 def test_an_owner_fenced_while_counting_is_counted(queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
     queue.enqueue(add, 1, 2)
-    assert queue.claim(owner.name) is not None
+    assert queue.serving.claim(owner.name) is not None
     claimed = queue.path / "claimed"
     listed = view.owner_dirs
 

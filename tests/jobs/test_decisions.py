@@ -49,7 +49,7 @@ def _drained(exited_ok: bool = False) -> RunEnd:
 def test_a_ready_job_cancelled_while_it_waited_is_buried_at_claim(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
     (hand.dir(State.READY) / f"100.{job_id}" / CANCEL_FILE).write_text("cancelled\n")
-    assert queue.claim(owner.name) is None
+    assert queue.serving.claim(owner.name) is None
     assert hand.error(job_id)["reason"] == "cancelled"
     assert hand.names(State.CLAIMED) == [owner.name]
     assert not (hand.dir(State.CLAIMED) / owner.name / job_id).exists(), "nothing of it ran"
@@ -61,7 +61,7 @@ def test_a_claim_runs_a_job_only_while_it_has_attempts_left(
 ) -> None:
     job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
     (hand.dir(State.READY) / f"100.{job_id}" / "attempts").write_text(f"{used}\n")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert (claim is not None) is runs
     if runs:
         assert claim is not None
@@ -75,14 +75,14 @@ def test_a_drained_run_of_a_job_cancelled_meanwhile_is_buried(queue: Queue, owne
     job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.path / CANCEL_FILE).write_text("cancelled\n")
-    finished = queue.finish(claim, _drained())
+    finished = queue.serving.finish(claim, _drained())
     assert finished.state is State.DEAD is queue.job(job_id).state
     assert hand.error(job_id)["reason"] == "cancelled"
 
 
 def test_a_drained_run_goes_back_uncounted(queue: Queue, owner: Owner) -> None:
     job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
-    assert queue.finish(claim_one(queue, owner), _drained()).state is State.READY
+    assert queue.serving.finish(claim_one(queue, owner), _drained()).state is State.READY
     assert queue.job(job_id).attempts == 0
 
 
@@ -107,14 +107,14 @@ def test_an_owner_file_without_a_positive_lease_does_not_expire_its_owner(
 ) -> None:
     now = time.time()
     job_id = _owner_folder(hand, lease, beat_age=1.0, now=now)
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 0
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 0
     assert queue.job(job_id).state is State.CLAIMED, "a fresh owner folder is a registration in progress"
 
 
 def test_an_owner_file_with_a_lease_under_a_second_is_believed(queue: Queue, hand: Hand) -> None:
     now = time.time()
     job_id = _owner_folder(hand, 0.5, beat_age=5.0, now=now)
-    assert queue.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 1, "its heartbeat is 10 leases old"
+    assert queue.serving.sweep(now=now, is_alive=unknown_liveness)["reverted"] == 1, "its heartbeat is 10 leases old"
     assert queue.job(job_id).state is State.READY
 
 
@@ -153,7 +153,7 @@ def test_a_submission_whose_key_is_held_is_buried_saying_by_whom(queue: Queue, h
     dead at once (`fate.duplicate`), its error naming the holder."""
     first = hand.submission({"function": "sample.echo", "key": "k"}, new_job_id(time.time() + 5))
     second = hand.submission({"function": "sample.echo", "key": "k"}, new_job_id(time.time() + 6))
-    assert queue.take_in() == 2
+    assert queue.serving.take_in() == 2
     assert queue.job(first).state is State.READY
     error = hand.error(second)
     assert error["reason"] == "duplicate key"
@@ -172,13 +172,13 @@ def test_a_manager_resumed_past_its_lease_puts_no_result_in_the_job_another_runs
 
     def reaped_and_claimed_again(point: str) -> None:  # while the first stood still, its job folder open
         if point == "complete:opened" and not taken:
-            queue.sweep(now=hand.expired_now(first), is_alive=unknown_liveness)
+            queue.serving.sweep(now=hand.expired_now(first), is_alive=unknown_liveness)
             taken.append(claim_one(queue, hand.owner(Owner.new(pid=os.getpid() + 1))))
 
     files.checkpoint_hook = reaped_and_claimed_again
     try:
         with pytest.raises(ClaimLost):
-            queue.complete(stale)
+            queue.serving.complete(stale)
     finally:
         files.checkpoint_hook = None
     assert taken, "the interleaving happened"

@@ -29,18 +29,18 @@ def finish(queue: Queue, job_id: str, ok: bool = True, settle: bool = True) -> N
     """Claim `job_id` (the only ready job), complete it or fail it for good, then settle its
     dependents as its manager would (unless `settle` is False: a manager that died there)."""
     owner = Owner.new()
-    queue.register_owner(owner)
-    claim = queue.claim(owner.name)
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert claim.job_id == job_id
     if ok:
         (claim.path / f"attempt-{claim.run}" / "result.json").write_text("3")
-        queue.complete(claim)
+        queue.serving.complete(claim)
     else:
-        queue.fail(claim, {"message": "broken"}, permanent=True)
-    queue.retire_owner(owner.name)
+        queue.serving.fail(claim, {"message": "broken"}, permanent=True)
+    queue.serving.retire_owner(owner.name)
     if settle:
-        queue.settle_dependents(job_id)
+        queue.serving.settle_dependents(job_id)
 
 
 def state(queue: Queue, job_id: str) -> State:
@@ -128,7 +128,7 @@ def test_a_crash_between_a_parents_end_and_the_settling_is_repaired_by_a_sweep(q
     finish(queue, parent, settle=False)
     finish(queue, dead_parent, ok=False, settle=False)
     assert state(queue, child) is State.WAITING
-    done = queue.sweep(time.time(), lambda owner: None)
+    done = queue.serving.sweep(time.time(), lambda owner: None)
     assert done["settled"] == 2
     assert state(queue, child) is State.READY
     assert state(queue, orphan) is State.DEAD
@@ -149,10 +149,10 @@ def test_edges_of_a_parent_that_is_nowhere_are_cleared_by_a_sweep(queue: Queue) 
         (queue.path / "edges" / parent).mkdir()
         (queue.path / "edges" / parent / child).write_text("")
     (queue.path / "purged.log").write_text(f"2026-01-01T00:00:00Z purged done {purged}\n")
-    queue.sweep(time.time(), lambda owner: None)
+    queue.serving.sweep(time.time(), lambda owner: None)
     assert sorted(os.listdir(queue.path / "edges")) == sorted([live, ghost]), "the purged parent's edges went"
     assert state(queue, waits_on_purged) is State.WAITING, "it still waits for its live parent"
-    queue.sweep(time.time() + TMP_AGE + 1, lambda owner: None)
+    queue.serving.sweep(time.time() + TMP_AGE + 1, lambda owner: None)
     assert sorted(os.listdir(queue.path / "edges")) == [live], "the ghost's edges went, the live parent's stay"
     assert sorted(os.listdir(queue.path / "edges" / live)) == sorted([waits_on_live, waits_on_purged, waits_on_ghost])
     assert state(queue, waits_on_ghost) is State.DEAD, "a parent that will never end"
@@ -164,7 +164,7 @@ def test_a_members_thousand_parents_that_do_not_exist_bury_it_at_take_in(queue: 
     them (each was once looked for by listings, three times: 110 s for a thousand)."""
     ghosts = [new_job_id(time.time() - 3600 + n) for n in range(1000)]
     job_id = hand.submission({"function": "tests.jobs.conftest.add", "args": [1, 2], "depends_on": ghosts})
-    assert queue.take_in() == 1
+    assert queue.serving.take_in() == 1
     dead = queue.job(job_id)
     assert dead.state is State.DEAD
     assert f"there is no job {ghosts[0]}" in dead.error["message"]
@@ -176,7 +176,7 @@ def test_a_cancelled_waiting_job_is_dead_and_so_are_its_dependents_after_a_sweep
     middle = after(queue, parent)
     last = after(queue, middle)
     assert queue.cancel(middle) is State.DEAD
-    queue.sweep(time.time(), lambda owner: None)
+    queue.serving.sweep(time.time(), lambda owner: None)
     assert queue.job(last).error["reason"] == "dependency dead"
     finish(queue, parent)
     assert queue.counts()["waiting"] == 0
@@ -203,8 +203,8 @@ def test_a_job_written_into_ready_by_hand_with_dependencies_waits_for_them(queue
     (place / "job.json").write_text(json.dumps(spec))
     finish(queue, parent)  # claims the parent (priority 0 first); the hand-written job waits
     owner = Owner.new()
-    queue.register_owner(owner)
-    claim = queue.claim(owner.name)
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert claim.job_id == job_id, "its parent is done: it runs"
     second = "20261125-000000-000001-00c0ffee"
@@ -212,11 +212,11 @@ def test_a_job_written_into_ready_by_hand_with_dependencies_waits_for_them(queue
     place = queue.path / "ready" / ready_name(second, -5)
     place.mkdir()
     (place / "job.json").write_text(json.dumps({**spec, "depends_on": [blocker]}))
-    queue.register_owner(other := Owner.new())
-    first = queue.claim(other.name)
+    queue.serving.register_owner(other := Owner.new())
+    first = queue.serving.claim(other.name)
     assert first is not None
     assert first.job_id == blocker
-    assert queue.claim(other.name) is None, "a job whose parent runs is not claimed"
+    assert queue.serving.claim(other.name) is None, "a job whose parent runs is not claimed"
     assert state(queue, second) is State.WAITING
     assert os.listdir(queue.path / "edges" / blocker) == [second]
 
@@ -225,7 +225,7 @@ def test_a_members_submission_with_dependencies_is_taken_in_to_wait(queue: Queue
     parent = queue.enqueue(add, 1, 1)
     document = {"function": "tests.jobs.conftest.add", "args": [1, 2], "depends_on": [parent]}
     job_id = hand.submission(document)
-    queue.take_in()
+    queue.serving.take_in()
     assert state(queue, job_id) is State.WAITING
     finish(queue, parent)
     assert state(queue, job_id) is State.READY
@@ -234,7 +234,7 @@ def test_a_members_submission_with_dependencies_is_taken_in_to_wait(queue: Queue
 def test_a_job_that_names_itself_as_a_dependency_is_invalid(queue: Queue, hand: Hand) -> None:
     job_id = new_job_id(time.time() + 5)
     hand.submission({"function": "f", "depends_on": [job_id]}, job_id)
-    queue.take_in()
+    queue.serving.take_in()
     dead = queue.job(job_id)
     assert dead.state is State.DEAD
     assert "depends on itself" in dead.error["message"]
@@ -268,13 +268,13 @@ def test_submitters_racing_a_parents_end_never_leave_a_job_waiting(queue: Queue)
         for pid in children:
             assert os.waitpid(pid, 0)[1] == 0
         assert queue.counts()["waiting"] == 0, "a dependent of a done parent waits for ever"
-        while (claim := queue.claim(owner_name(queue))) is not None:
-            queue.complete(claim)
+        while (claim := queue.serving.claim(owner_name(queue))) is not None:
+            queue.serving.complete(claim)
 
 
 def owner_name(queue: Queue) -> str:
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     return owner.name
 
 
@@ -295,7 +295,7 @@ def test_a_submitter_killed_mid_enqueue_leaves_nothing_waiting_for_ever(queue: Q
     assert os.WIFSIGNALED(status)
     waiting = os.listdir(queue.path / "waiting")
     finish(queue, parent)
-    queue.sweep(time.time() + 7200, lambda owner: None)  # clears tmp/ (an abandoned submission)
+    queue.serving.sweep(time.time() + 7200, lambda owner: None)  # clears tmp/ (an abandoned submission)
     assert os.listdir(queue.path / "waiting") == []
     assert os.listdir(queue.path / "edges") == []
     if point == "enqueue:waiting":  # published: it runs
@@ -334,12 +334,12 @@ def test_a_parent_dying_in_the_middle_of_a_fan_in_kills_the_dependent_at_once(qu
     """Its end is judged first, whatever the other parents' places and states."""
     parents, child = queue.fan_in([Call(add, (n, n)) for n in range(5)], Call(add, (0, 0)))
     owner = Owner.new()
-    queue.register_owner(owner)
-    claims = [queue.claim(owner.name) for _ in parents]  # all running: none has ended
+    queue.serving.register_owner(owner)
+    claims = [queue.serving.claim(owner.name) for _ in parents]  # all running: none has ended
     middle = claims[2]
     assert middle is not None
-    queue.fail(middle, {"message": "broken"}, permanent=True)
-    queue.settle_dependents(middle.job_id)
+    queue.serving.fail(middle, {"message": "broken"}, permanent=True)
+    queue.serving.settle_dependents(middle.job_id)
     dead = queue.job(child)
     assert dead.state is State.DEAD
     assert middle.job_id in dead.error["message"]

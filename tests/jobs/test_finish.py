@@ -1,5 +1,5 @@
 """The harvest's decision, as a function of a run's end (`RunEnd`, frozen, as a manager
-decodes it from a child's exit): where `Queue.finish` sends the job, for every way a run
+decodes it from a child's exit): where `queue.serving.finish` sends the job, for every way a run
 can end, and what its `outcome.json` says. A run stopped for a limit or a cancel that
 catches SIGTERM and exits 0 has failed; a drain's stop releases a run unless it returned
 first; a cancel marker wins over attempts left."""
@@ -61,7 +61,7 @@ def test_a_run_stopped_for_a_limit_that_exits_0_is_not_done(queue: Queue, owner:
     job_id = queue.with_options(max_attempts=3).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.run_path / "result.json").write_text("1\n")  # even with a value
-    finished = queue.finish(claim, end(stop=stop, has_result=True))
+    finished = queue.serving.finish(claim, end(stop=stop, has_result=True))
     assert finished.verdict is Verdict.FAILED
     expected = State.DEAD if stop == "cancelled" else State.SCHEDULED
     assert finished.state is expected is queue.job(job_id).state
@@ -70,7 +70,7 @@ def test_a_run_stopped_for_a_limit_that_exits_0_is_not_done(queue: Queue, owner:
 
 def test_a_drain_s_stop_without_a_value_goes_back_uncounted(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
-    finished = queue.finish(claim_one(queue, owner), end(stop=DRAIN))
+    finished = queue.serving.finish(claim_one(queue, owner), end(stop=DRAIN))
     assert (finished.state, finished.verdict, finished.retry) == (State.READY, Verdict.RELEASED, None)
     job = queue.job(job_id)
     assert job.attempts == 0  # given back
@@ -81,7 +81,7 @@ def test_a_drain_s_stop_after_the_value_was_returned_is_done(queue: Queue, owner
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.run_path / "result.json").write_text('"value"\n')
-    assert queue.finish(claim, end(stop=DRAIN, has_result=True)).state is State.DONE
+    assert queue.serving.finish(claim, end(stop=DRAIN, has_result=True)).state is State.DONE
     assert queue.job(job_id).result == "value"
 
 
@@ -89,7 +89,7 @@ def test_the_first_retry_waits_the_policy_s_first_step(queue: Queue, owner: Owne
     job_id = queue.with_options(max_attempts=3, backoff="exponential 10s 1h").enqueue("sample.echo")
     claim = claim_one(queue, owner)
     now = time.time()
-    finished = queue.finish(claim, end(exited_ok=False), now=now)
+    finished = queue.serving.finish(claim, end(exited_ok=False), now=now)
     assert finished.retry is not None
     assert finished.state is State.SCHEDULED
     assert 10.0 <= finished.retry.due - now < 20.0  # the first step and its jitter (the second: 20 s and up)
@@ -100,13 +100,13 @@ def test_a_cancel_marked_job_that_fails_with_attempts_left_is_dead(queue: Queue,
     job_id = queue.with_options(max_attempts=5).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.path / CANCEL_FILE).write_text("cancelled\n")
-    finished = queue.finish(claim, end(exited_ok=False))
+    finished = queue.serving.finish(claim, end(exited_ok=False))
     assert (finished.state, finished.verdict) == (State.DEAD, Verdict.FAILED)
     assert json.loads((queue.path / "dead" / job_id / "error.json").read_text())["reason"] == "cancelled"
 
 
 def test_a_job_that_said_it_cannot_be_completed_is_dead_at_once(queue: Queue, owner: Owner) -> None:
     job_id = queue.with_options(max_attempts=5).enqueue("sample.echo")
-    finished = queue.finish(claim_one(queue, owner), end(exited_ok=False, cannot_complete=True))
+    finished = queue.serving.finish(claim_one(queue, owner), end(exited_ok=False, cannot_complete=True))
     assert finished.state is State.DEAD
     assert queue.job(job_id).error["reason"] == "cannot be completed"

@@ -47,7 +47,7 @@ def test_a_submission_is_taken_in_as_the_owners_job(queue: Queue, hand: Hand) ->
     assert os.listdir(queue.path / "incoming") == [str(os.geteuid())], "the submitter's own folder"
     assert queue.job(job_id).state is State.INCOMING
     assert queue.counts()["incoming"] == 1
-    assert queue.take_in() == 1
+    assert queue.serving.take_in() == 1
     assert hand.names(State.READY) == [ready_name(job_id, 5)]
     assert os.listdir(_mine(queue)) == []
     spec = json.loads((queue.path / "ready" / ready_name(job_id, 5) / "job.json").read_text())
@@ -67,13 +67,13 @@ def test_a_members_id_is_dated_ahead_of_its_file(queue: Queue) -> None:
 
 def test_a_delayed_submission_is_scheduled(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 3600})
-    queue.take_in()
+    queue.serving.take_in()
     assert queue.job(job_id).state is State.SCHEDULED
 
 
 def test_a_malformed_submission_becomes_a_dead_job_saying_why(queue: Queue) -> None:
     job_id = _submit(queue, b'{"function": ')
-    queue.take_in()
+    queue.serving.take_in()
     job = queue.job(job_id)
     assert job.state is State.DEAD
     assert job.error is not None
@@ -99,7 +99,7 @@ def test_a_malformed_submission_becomes_a_dead_job_saying_why(queue: Queue) -> N
 def test_numbers_no_reader_survives_are_refused_naming_the_field(queue: Queue, document: bytes, words: str) -> None:
     """Such numbers once crashed every manager of the queue at each take-in, in a loop."""
     job_id = _submit(queue, document)
-    assert queue.take_in() == 1
+    assert queue.serving.take_in() == 1
     job = queue.job(job_id)
     assert job.state is State.DEAD
     assert job.error is not None
@@ -116,7 +116,7 @@ def test_an_id_that_could_be_one_already_seen_is_refused(queue: Queue, how: str)
         job_id = queue.enqueue("sample.echo")
         os.rename(queue.path / "ready" / ready_name(job_id, 0), queue.path / "done" / job_id)
     _planted(queue, job_id, {"function": "sample.echo"})
-    queue.take_in()
+    queue.serving.take_in()
     [note] = _notes(queue)
     assert "is not dated ahead of its submission" in note
 
@@ -124,10 +124,10 @@ def test_an_id_that_could_be_one_already_seen_is_refused(queue: Queue, how: str)
 def test_an_id_is_taken_in_once_even_if_submitted_again(queue: Queue) -> None:
     """Copied from a job just taken in (or the member's own again): `taken/ID` refuses it."""
     job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 3600})
-    queue.take_in()
+    queue.serving.take_in()
     assert queue.job(job_id).state is State.SCHEDULED, "where only a listing would find it"
     _planted(queue, job_id, {"function": "sample.echo"})
-    queue.take_in()
+    queue.serving.take_in()
     [note] = _notes(queue)
     assert f"job {job_id} was submitted already" in note
     assert queue.counts()["ready"] == 0
@@ -136,7 +136,7 @@ def test_an_id_is_taken_in_once_even_if_submitted_again(queue: Queue) -> None:
 def test_a_file_with_two_names_is_refused(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo"})
     os.link(_mine(queue) / f"{job_id}.json", queue.path / "elsewhere")
-    queue.take_in()
+    queue.serving.take_in()
     [note] = _notes(queue)
     assert "has 2 names (a hard link)" in note
 
@@ -146,7 +146,7 @@ def test_what_is_not_a_submission_is_quarantined(queue: Queue) -> None:
     (_mine(queue) / "notes.txt").write_text("hello")
     (_mine(queue) / "20261124-000000-000000-zzzzzzzz.json").write_text("{}")
     (queue.path / "incoming" / "flat.json").write_text("{}")  # the layout before member folders
-    assert queue.take_in() == 2
+    assert queue.serving.take_in() == 2
     assert os.listdir(_mine(queue)) == []
     assert os.listdir(queue.path / "incoming") == [_mine(queue).name]
     notes = _notes(queue)
@@ -158,17 +158,17 @@ def test_staging_files_never_slow_a_take_in(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo"})
     for n in range(5000):
         (_mine(queue) / f".half-written.{n}.tmp").write_text("")
-    assert queue.take_in(budget=1) == 1, "the submission, not the staging files, is what a take-in handles"
+    assert queue.serving.take_in(budget=1) == 1, "the submission, not the staging files, is what a take-in handles"
     assert queue.job(job_id).state is State.READY
     assert len(os.listdir(_mine(queue))) == 5000, "young staging files are left to their writers"
     later = time.time() + 7200
-    assert queue.take_in(later, budget=10_000, leftovers=True) == 5000, "a sweep drops them once abandoned"
+    assert queue.serving.take_in(later, budget=10_000, leftovers=True) == 5000, "a sweep drops them once abandoned"
 
 
 def test_take_in_goes_oldest_first_and_keeps_to_its_budget(queue: Queue) -> None:
     ids = [_submit(queue, {"function": "sample.echo"}) for _ in range(5)]
-    assert queue.take_in(budget=2) == 2
-    assert queue.more_to_take_in
+    assert queue.serving.take_in(budget=2) == 2
+    assert queue.serving.more_to_take_in
     assert [queue.job(job_id).state for job_id in ids] == [State.READY] * 2 + [State.INCOMING] * 3
 
 
@@ -177,11 +177,11 @@ def test_take_in_keeps_to_its_time(queue: Queue) -> None:
     children and heartbeat come first); the rest are taken in by the next turns."""
     big = {"function": "sample.echo", "args": [list(range(50_000))]}
     ids = [_submit(queue, big) for _ in range(20)]
-    handled = queue.take_in(seconds=0.0)
+    handled = queue.serving.take_in(seconds=0.0)
     assert handled == 1, "one entry, then the time is up"
-    assert queue.more_to_take_in
-    while queue.more_to_take_in:
-        queue.take_in(seconds=0.0)
+    assert queue.serving.more_to_take_in
+    while queue.serving.more_to_take_in:
+        queue.serving.take_in(seconds=0.0)
     assert {queue.job(job_id).state for job_id in ids} == {State.READY}
 
 
@@ -196,13 +196,13 @@ def test_an_interrupted_take_in_is_finished_by_a_sweep(
     job_id = _submit(queue, document)
     taking = _mine(queue) / f".taking.{job_id}.json"
     if published:
-        assert queue.take_in() == 1
+        assert queue.serving.take_in() == 1
         taking.write_text(json.dumps(document))  # as if its removal never happened
     else:
         os.rename(_mine(queue) / f"{job_id}.json", taking)
-    assert queue.take_in(leftovers=True) == 0, "a fresh .taking may belong to a manager at work"
-    queue.take_in(time.time() + 120, leftovers=True)
-    queue.take_in(time.time() + 120)
+    assert queue.serving.take_in(leftovers=True) == 0, "a fresh .taking may belong to a manager at work"
+    queue.serving.take_in(time.time() + 120, leftovers=True)
+    queue.serving.take_in(time.time() + 120)
     assert os.listdir(_mine(queue)) == []
     assert hand.names(State.READY) == [ready_name(job_id, priority)], "the job is in ready/ exactly once"
     assert os.listdir(queue.path / "quarantine") == []
@@ -214,7 +214,7 @@ def test_a_take_in_interrupted_after_taking_the_id_takes_it_in_again(queue: Queu
     job_id = _submit(queue, {"function": "sample.echo"})
     inode = (_mine(queue) / f"{job_id}.json").stat().st_ino
     (queue.path / "taken" / job_id).write_text(f"{os.geteuid()} {inode}\n")
-    queue.take_in()
+    queue.serving.take_in()
     assert hand.names(State.READY) == [ready_name(job_id, 0)]
     assert _notes(queue) == []
 
@@ -229,8 +229,8 @@ def test_a_take_in_interrupted_long_ago_is_finished_by_its_mark(queue: Queue, ha
     os.rename(path, _mine(queue) / f".taking.{job_id}.json")  # where a take-in stopped
     wait_until(lambda: time.time() > submissions.created_at(job_id) + 0.01, 5, "the id's moment is past")
     later = time.time() + 120
-    queue.take_in(later, leftovers=True)
-    queue.take_in(later)
+    queue.serving.take_in(later, leftovers=True)
+    queue.serving.take_in(later)
     assert hand.names(State.READY) == [ready_name(job_id, 0)]
     assert _notes(queue) == []
 
@@ -239,12 +239,12 @@ def test_a_file_held_back_past_its_mark_cannot_take_a_scheduled_jobs_id(queue: Q
     """A second file with the id of a job waiting in scheduled/, published before that id's
     moment and held back (its folder set aside) until `taken/ID` was forgotten: refused."""
     job_id = _submit(queue, {"function": "sample.echo", "run_at": time.time() + 7200})
-    queue.take_in()
+    queue.serving.take_in()
     assert queue.job(job_id).state is State.SCHEDULED
     _planted(queue, job_id, {"function": "sample.echo", "args": ["the copy"]})  # before the id's moment
     later = submissions.created_at(job_id) + 120
     assert submissions.forget_taken(queue.folder, later) == 1
-    queue.take_in(later)
+    queue.serving.take_in(later)
     assert queue.job(job_id).state is State.SCHEDULED
     assert queue.job(job_id).spec.args == ()
     assert any(f"job {job_id} exists already (in scheduled/)" in note for note in _notes(queue))
@@ -252,7 +252,7 @@ def test_a_file_held_back_past_its_mark_cannot_take_a_scheduled_jobs_id(queue: Q
 
 def test_taken_ids_are_forgotten_once_past(queue: Queue) -> None:
     job_id = _submit(queue, {"function": "sample.echo"})
-    queue.take_in()
+    queue.serving.take_in()
     assert submissions.forget_taken(queue.folder, time.time()) == 0, "its time is still ahead"
     assert submissions.forget_taken(queue.folder, time.time() + 3600) == 1
     assert os.listdir(queue.path / "taken") == []
@@ -278,13 +278,13 @@ def test_a_folder_changed_again_and_again_is_said_once(
     bad.mkdir()
     for turn in range(20):
         bad.chmod(0o777 if turn % 2 else 0o757)  # writable by all, either way
-        queue.take_in()
+        queue.serving.take_in()
     said = [record for record in caplog.records if "set aside incoming/" in record.getMessage()]
     assert len(said) == 1, [record.getMessage() for record in said]
-    assert queue.intake_skipped[1] == 1
+    assert queue.serving.intake_skipped[1] == 1
     bad.rmdir()
-    queue.take_in()
-    assert queue.intake_skipped == ({}, 0), "forgotten once gone"
+    queue.serving.take_in()
+    assert queue.serving.intake_skipped == ({}, 0), "forgotten once gone"
 
 
 def test_a_cancel_takes_in_only_the_submission_it_cancels(queue: Queue) -> None:
@@ -304,12 +304,12 @@ def test_a_leftover_of_a_job_that_moved_on_is_only_removed(queue: Queue, hand: H
     must not publish the job a second time beside its claim."""
     document = {"function": "sample.echo", "priority": 3}
     job_id = _submit(queue, document)
-    queue.take_in()
+    queue.serving.take_in()
     owner = hand.owner()
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     (_mine(queue) / f".taking.{job_id}.json").write_text(json.dumps(document))
-    queue.take_in(time.time() + 120, leftovers=True)
+    queue.serving.take_in(time.time() + 120, leftovers=True)
     assert os.listdir(_mine(queue)) == []
     assert hand.names(State.READY) == []
     assert queue.job(job_id).state is State.CLAIMED
@@ -323,10 +323,10 @@ def test_a_folder_the_owner_cannot_use_is_set_aside_once(queue: Queue) -> None:
     bad.mkdir()
     bad.chmod(0o777)
     (bad / f"{new_job_id(time.time() + 5)}.json").write_text("{}")
-    assert queue.take_in() == 1
+    assert queue.serving.take_in() == 1
     assert queue.job(job_id).state is State.READY
-    skipped, count = queue.intake_skipped
+    skipped, count = queue.serving.intake_skipped
     assert count == 1
     assert "every user may write it" in skipped["incoming/bad"]
-    queue.take_in()
-    assert queue.intake_skipped[1] == 1, "not looked at again"
+    queue.serving.take_in()
+    assert queue.serving.intake_skipped[1] == 1, "not looked at again"

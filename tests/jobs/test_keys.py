@@ -28,11 +28,11 @@ def _keyed(queue: Queue, key: str = KEY, **options: object) -> str:
 def _run(queue: Queue, job_id: str) -> None:
     """Claim the job and complete it, as a manager would."""
     owner = Owner.new()
-    queue.register_owner(owner)
-    claim = queue.claim(owner.name)
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert claim.job_id == job_id
-    queue.complete(claim)
+    queue.serving.complete(claim)
 
 
 def test_a_live_key_returns_the_job_that_holds_it(queue: Queue) -> None:
@@ -138,7 +138,7 @@ def test_a_submitter_killed_after_taking_the_key_holds_it_until_its_job_is_clear
     (staged,) = os.listdir(queue.path / "tmp")
     assert _keyed(queue) == staged  # it may yet be published: the key is its
     assert queue.counts()["ready"] == 0
-    queue.sweep(time.time() + 10, lambda owner: None, tmp_age=1.0)  # the abandoned submission is cleared
+    queue.serving.sweep(time.time() + 10, lambda owner: None, tmp_age=1.0)  # the abandoned submission is cleared
     wait_until(lambda: not os.listdir(queue.path / "tmp"), 5, "tmp/ was cleared")
     fresh = _keyed(queue)
     assert fresh != staged
@@ -203,8 +203,8 @@ def test_a_hand_written_job_with_a_bad_key_is_invalid(queue: Queue) -> None:
     folder.mkdir()
     (folder / "job.json").write_text('{"function": "sample.ok", "args": [], "key": "two\\nlines"}')
     owner = Owner.new()
-    queue.register_owner(owner)
-    assert queue.claim(owner.name) is None
+    queue.serving.register_owner(owner)
+    assert queue.serving.claim(owner.name) is None
     found = queue.job(job_id)
     assert found.state is State.DEAD
     assert "key" in (found.error or {}).get("message", "")

@@ -21,7 +21,7 @@ def _attempt_folders(job_dir: Path) -> list[str]:
 
 def test_first_claim_makes_attempt_1(queue: Queue, owner: Owner) -> None:
     _ready_job(queue)
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert (claim.run, claim.attempt) == (1, 1)
     assert _attempt_folders(claim.path) == ["attempt-1"]
@@ -31,7 +31,7 @@ def test_a_lost_counter_write_does_not_reuse_a_run_folder(queue: Queue, owner: O
     job_dir = _ready_job(queue)
     for number in (1, 2):
         os.mkdir(job_dir / f"attempt-{number}")  # runs whose counter writes were lost
-    claim = queue.claim(owner.name)  # the counter says 0: the guess attempt-1 exists
+    claim = queue.serving.claim(owner.name)  # the counter says 0: the guess attempt-1 exists
     assert claim is not None
     assert (claim.run, claim.attempt) == (3, 1)
 
@@ -41,7 +41,7 @@ def test_a_counter_ahead_of_the_folders_leaves_no_gap(queue: Queue, owner: Owner
     job_dir = _ready_job(queue)
     os.mkdir(job_dir / "attempt-1")
     (job_dir / "attempts").write_text("2\n")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert (claim.run, claim.attempt) == (2, 3)
     assert _attempt_folders(claim.path) == ["attempt-1", "attempt-2"]
@@ -58,16 +58,16 @@ def test_run_numbers_grow_after_claims_that_died_counted_and_a_retry(queue: Queu
     (job_dir / "attempts").write_text("4\n")
     runs = []
     for _ in range(2):
-        claim = queue.claim(owner.name)
+        claim = queue.serving.claim(owner.name)
         assert claim is not None
         runs.append(claim.run)
-        queue.fail(claim, {"message": "again"}, permanent=True)
+        queue.serving.fail(claim, {"message": "again"}, permanent=True)
         queue.retry(claim.job_id)
     for _ in range(3):
-        claim = queue.claim(owner.name)
+        claim = queue.serving.claim(owner.name)
         assert claim is not None
         runs.append(claim.run)
-        queue.fail(claim, {"message": "again"}, delay=0)
+        queue.serving.fail(claim, {"message": "again"}, delay=0)
     assert runs == [3, 4, 5, 6, 7]
     assert _attempt_folders(job_dir.parent.parent / "ready" / job_dir.name) == [f"attempt-{n}" for n in range(1, 8)]
 
@@ -78,22 +78,22 @@ def test_a_file_named_as_the_previous_run_is_not_taken_for_one(queue: Queue, own
     os.mkdir(job_dir / "attempt-3")
     (job_dir / "attempt-2").write_text("not a run\n")
     (job_dir / "attempts").write_text("2\n")  # the guess 3 exists; attempt-2 is a file
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert claim.run == 4
 
 
 def test_released_and_retried_runs_keep_counting_up(queue: Queue, owner: Owner) -> None:
     _ready_job(queue)
-    first = queue.claim(owner.name)
+    first = queue.serving.claim(owner.name)
     assert first is not None
-    queue.release(first)  # gives the attempt back: the counter is 0 again, attempt-1 stays
-    second = queue.claim(owner.name)
+    queue.serving.release(first)  # gives the attempt back: the counter is 0 again, attempt-1 stays
+    second = queue.serving.claim(owner.name)
     assert second is not None
     assert (second.run, second.attempt) == (2, 1)
-    queue.fail(second, {"message": "no"}, permanent=True)
+    queue.serving.fail(second, {"message": "no"}, permanent=True)
     queue.retry(second.job_id)  # the counter is reset to 0
-    third = queue.claim(owner.name)
+    third = queue.serving.claim(owner.name)
     assert third is not None
     assert (third.run, third.attempt) == (3, 1)
     assert _attempt_folders(third.path) == ["attempt-1", "attempt-2", "attempt-3"]
@@ -105,6 +105,6 @@ def test_a_gap_left_by_hand_does_not_give_a_lower_run_number(queue: Queue, owner
     for number in (1, 5):
         os.mkdir(job_dir / f"attempt-{number}")
     (job_dir / "attempts").write_text("1\n")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert (claim.run, claim.attempt) == (6, 2)

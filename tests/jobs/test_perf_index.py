@@ -1,4 +1,4 @@
-"""A ready index fed by a watcher (inotify, through `Queue.note_ready`) does not rescan
+"""A ready index fed by a watcher (inotify, through `queue.serving.note_ready`) does not rescan
 `ready/` to find new names; an unwatched one (the poll fallback) still does, soon."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _enqueue_elsewhere(queue_path: Path, priority: int) -> str:
 
 
 def _claimed_id(queue: Queue, owner: Owner) -> str:
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     return claim.job_id
 
@@ -61,26 +61,26 @@ def _claimed_id(queue: Queue, owner: Owner) -> str:
 def test_a_watched_index_does_not_rescan_to_find_names(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(4)]
     assert _claimed_id(queue, owner) == ids[0]
-    scans = queue.index.scans
+    scans = queue.serving.index.scans
     elsewhere = _enqueue_elsewhere(queue.path, 50)
-    queue.note_ready(f"050.{elsewhere}")  # what the manager's inotify watch does
+    queue.serving.note_ready(f"050.{elsewhere}")  # what the manager's inotify watch does
     clock.now += 0.5  # ten times the unwatched index's least age
     assert [_claimed_id(queue, owner) for _ in range(2)] == [elsewhere, ids[1]]
-    assert queue.index.scans == scans
+    assert queue.serving.index.scans == scans
 
 
 def test_a_watched_index_rescans_at_once_when_the_watcher_lost_events(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(3)]
-    queue.note_ready(f"100.{ids[2]}")
+    queue.serving.note_ready(f"100.{ids[2]}")
     assert _claimed_id(queue, owner) == ids[0]
     missed = _enqueue_elsewhere(queue.path, 60)  # its event was in the queue that overflowed
-    queue.note_ready_missed()  # what the manager does on IN_Q_OVERFLOW
+    queue.serving.note_ready_missed()  # what the manager does on IN_Q_OVERFLOW
     assert _claimed_id(queue, owner) == missed  # no clock moved: the rescan came at once
 
 
 def test_a_watched_index_still_rescans_as_a_safety_net(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(3)]
-    queue.note_ready(f"100.{ids[2]}")  # a watcher's news of a name it already holds
+    queue.serving.note_ready(f"100.{ids[2]}")  # a watcher's news of a name it already holds
     assert _claimed_id(queue, owner) == ids[0]
     missed = _enqueue_elsewhere(queue.path, 60)  # an event the kernel dropped: never noted
     clock.now += 0.5
@@ -100,25 +100,25 @@ def test_an_unwatched_index_sees_another_process_s_job_soon(queue: Queue, owner:
 def test_a_watched_index_skips_names_another_manager_claimed(queue_path: Path, clock: Clock) -> None:
     queue, rival = Queue(queue_path), Queue(queue_path, create=False)
     me, them = Owner.new(), Owner.new()
-    queue.register_owner(me)
-    rival.register_owner(them)
+    queue.serving.register_owner(me)
+    rival.serving.register_owner(them)
     ids = [queue.enqueue("sample.echo") for _ in range(4)]
-    queue.note_ready(f"100.{ids[0]}")
+    queue.serving.note_ready(f"100.{ids[0]}")
     assert _claimed_id(queue, me) == ids[0]
     assert [_claimed_id(rival, them) for _ in range(2)] == ids[1:3]
-    scans = queue.index.scans
+    scans = queue.serving.index.scans
     assert _claimed_id(queue, me) == ids[3]  # two failed renames, no scan
-    assert queue.index.scans == scans
+    assert queue.serving.index.scans == scans
     late = _enqueue_elsewhere(queue_path, 0)
-    queue.note_ready(f"100.{late}")
+    queue.serving.note_ready(f"100.{late}")
     assert _claimed_id(queue, me) == late
-    assert queue.claim(me.name) is None  # dry: one scan, which finds nothing
+    assert queue.serving.claim(me.name) is None  # dry: one scan, which finds nothing
 
 
 def test_own_enqueues_do_not_make_an_index_watched(tmp_path: Path) -> None:
     queue = Queue(tmp_path / "q")
     queue.enqueue("sample.echo")
-    assert queue.index.watched is False  # a claimer without a watcher keeps the short rescans
+    assert queue.serving.index.watched is False  # a claimer without a watcher keeps the short rescans
     index = ReadyIndex(lambda: os.scandir(tmp_path / "q" / "ready"))
     index.note("100.x")
     assert index.watched is True

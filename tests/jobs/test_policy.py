@@ -41,7 +41,7 @@ FUNCTIONS = Functions(REGISTRY, commands=True)
 
 
 def _claim(queue: Queue, owner: Owner, functions: Functions | None = FUNCTIONS) -> Claim:
-    claim = queue.claim(owner.name, functions=functions)
+    claim = queue.serving.claim(owner.name, functions=functions)
     assert claim is not None, "a job was ready"
     return claim
 
@@ -119,7 +119,7 @@ def test_the_built_in_values_apply_when_nobody_says(queue: Queue, owner: Owner) 
 def test_a_queue_setting_changed_later_applies_to_jobs_already_queued(queue: Queue, owner: Owner) -> None:
     queue.enqueue("plain")
     Queue(queue.path, create=False).configure(max_attempts=8)  # an operator's `forkvisor config`
-    assert queue.reload_settings() is True
+    assert queue.serving.reload_settings() is True
     assert _claim(queue, owner).policy.max_attempts == 8
 
 
@@ -167,7 +167,7 @@ def test_fail_counts_against_the_resolved_limit(queue: Queue, owner: Owner) -> N
     for attempt in range(1, 7):
         claim = _claim(queue, owner)
         assert claim.attempt == attempt
-        state = queue.fail(claim, {"message": "boom"}, delay=0)
+        state = queue.serving.fail(claim, {"message": "boom"}, delay=0)
         assert state is (State.DEAD if attempt == 6 else State.READY)
     assert queue.job(job_id).error is not None
     assert queue.job(job_id).error["message"] == "boom"  # type: ignore[index]
@@ -178,9 +178,9 @@ def test_the_sweeper_buries_a_lost_last_attempt_by_the_recorded_limit(queue: Que
     (functions=None) must still count against 6, not the built-in 3."""
     job_id = queue.enqueue("work")
     for _ in range(5):
-        queue.fail(_claim(queue, owner), {"message": "boom"}, delay=0)
+        queue.serving.fail(_claim(queue, owner), {"message": "boom"}, delay=0)
     _claim(queue, owner)  # the sixth and last attempt; its manager dies
-    assert queue.sweep(now=hand.expired_now(owner), is_alive=lambda o: None)["reverted"] == 1
+    assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=lambda o: None)["reverted"] == 1
     job = queue.job(job_id)
     assert job.state is State.DEAD
     assert "attempt 6/6 was lost" in job.error["message"]  # type: ignore[index]
@@ -193,7 +193,9 @@ def test_without_a_recorded_policy_the_sweeper_resolves_one(queue: Queue, owner:
     queue.configure(max_attempts=1)
     claim = _claim(queue, owner)
     (claim.run_path / POLICY_FILE).unlink()
-    assert queue.sweep(now=hand.expired_now(owner), is_alive=lambda o: None, functions=FUNCTIONS)["reverted"] == 1
+    assert (
+        queue.serving.sweep(now=hand.expired_now(owner), is_alive=lambda o: None, functions=FUNCTIONS)["reverted"] == 1
+    )
     assert queue.job(job_id).state is State.DEAD, "attempt 1 of 1 was lost"
 
 
@@ -232,7 +234,7 @@ def test_a_job_this_claimer_cannot_run_is_given_back_untouched(
     job = queue.job(foreign)
     assert (job.attempts, job.history) == (0, ())
     assert (job.path / "events").read_text().split()[1:] == ["enqueued"], "no event per manager that passes it by"
-    assert queue.left_for_others == {"deployed.tomorrow": 1}
+    assert queue.serving.left_for_others == {"deployed.tomorrow": 1}
     assert len(moves) == 2
 
 
@@ -241,12 +243,12 @@ def test_a_head_of_foreign_jobs_is_looked_at_once(queue: Queue, owner: Owner, mo
         queue.enqueue("deployed.tomorrow", n)
     looks = []
     for _ in range(10):
-        assert queue.claim(owner.name, functions=FUNCTIONS) is None
+        assert queue.serving.claim(owner.name, functions=FUNCTIONS) is None
         looks.append(len(moves))
     assert looks[-1] == 200, "each foreign job was claimed and given back exactly once"
     assert looks[:4] == [64, 128, 192, 200], "at most 64 given back per call: a manager turn stays short"
     later = queue.enqueue("work")
-    claim = queue.claim(owner.name, functions=FUNCTIONS)
+    claim = queue.serving.claim(owner.name, functions=FUNCTIONS)
     assert claim is not None
     assert claim.job_id == later
     assert len(moves) == 201, "the foreign ones were not looked at again"
@@ -255,19 +257,19 @@ def test_a_head_of_foreign_jobs_is_looked_at_once(queue: Queue, owner: Owner, mo
 def test_a_claim_that_stops_at_its_budget_says_there_is_more(queue: Queue, owner: Owner) -> None:
     for n in range(70):
         queue.enqueue("deployed.tomorrow", n)
-    assert queue.claim(owner.name, functions=FUNCTIONS) is None
-    assert queue.more_to_examine is True
-    assert queue.claim(owner.name, functions=FUNCTIONS) is None
-    assert queue.more_to_examine is False
+    assert queue.serving.claim(owner.name, functions=FUNCTIONS) is None
+    assert queue.serving.more_to_examine is True
+    assert queue.serving.claim(owner.name, functions=FUNCTIONS) is None
+    assert queue.serving.more_to_examine is False
 
 
 def test_a_manager_that_does_not_run_commands_leaves_them(queue: Queue, owner: Owner) -> None:
     command = queue.enqueue_command(["true"])
-    assert queue.claim(owner.name, functions=Functions(REGISTRY, commands=False)) is None
+    assert queue.serving.claim(owner.name, functions=Functions(REGISTRY, commands=False)) is None
     assert queue.job(command).state is State.READY
-    assert queue.left_for_others == {COMMAND: 1}
+    assert queue.serving.left_for_others == {COMMAND: 1}
     other = Queue(queue.path, create=False)
-    claim = other.claim(owner.name, functions=Functions(None, commands=True))
+    claim = other.serving.claim(owner.name, functions=Functions(None, commands=True))
     assert claim is not None
     assert claim.job_id == command, "a manager that runs commands takes it"
 
@@ -275,22 +277,22 @@ def test_a_manager_that_does_not_run_commands_leaves_them(queue: Queue, owner: O
 def test_a_manager_with_no_registry_runs_commands_only(queue: Queue, owner: Owner) -> None:
     queue.enqueue("work")
     command = queue.enqueue_command(["true"])
-    claim = queue.claim(owner.name, functions=Functions())
+    claim = queue.serving.claim(owner.name, functions=Functions())
     assert claim is not None
     assert claim.job_id == command
-    assert queue.claim(owner.name, functions=Functions()) is None
+    assert queue.serving.claim(owner.name, functions=Functions()) is None
     assert queue.counts()["ready"] == 1
 
 
 def test_given_back_names_are_forgotten_once_they_leave_ready(queue: Queue, owner: Owner) -> None:
     queue.enqueue("deployed.tomorrow")
-    assert queue.claim(owner.name, functions=FUNCTIONS) is None
-    assert queue.index.skipped == 1
+    assert queue.serving.claim(owner.name, functions=FUNCTIONS) is None
+    assert queue.serving.index.skipped == 1
     other = Queue(queue.path, create=False)
-    taken = other.claim(owner.name)  # a manager that runs it
+    taken = other.serving.claim(owner.name)  # a manager that runs it
     assert taken is not None
-    queue.index.rescan()
-    assert queue.index.skipped == 0
+    queue.serving.index.rescan()
+    assert queue.serving.index.skipped == 0
 
 
 # -- resolution as a pure function ---------------------------------------------------------------
@@ -333,13 +335,13 @@ def test_a_backoff_whose_cap_is_below_its_first_delay_is_refused() -> None:
 
 def test_the_owner_folder_advertises_what_its_manager_runs(queue: Queue, hand: Hand) -> None:
     owner = Owner.new()
-    queue.register_owner(owner, FUNCTIONS)
+    queue.serving.register_owner(owner, FUNCTIONS)
     advertised = json.loads((hand.dir(State.CLAIMED) / owner.name / ".functions.json").read_text())
     assert advertised["functions"]["work"] == {"max_attempts": 6, "timeout": 2.0, "backoff": "fixed 0.5s"}
     assert advertised["functions"]["plain"] == {}
     assert advertised["functions"]["custom"] == {"backoff": "custom (wait_chain)"}
     assert COMMAND in advertised["functions"]
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     assert not (hand.dir(State.CLAIMED) / owner.name).exists(), "retiring removes the owner's own files too"
 
 
@@ -347,5 +349,5 @@ def test_a_failed_registration_leaves_nothing_behind(queue: Queue, hand: Hand) -
     owner = Owner.new()
     (hand.dir(State.CLAIMED) / owner.name).mkdir()  # the publishing rename will fail
     with pytest.raises(jobs.MoveCollision):
-        queue.register_owner(owner, FUNCTIONS)
+        queue.serving.register_owner(owner, FUNCTIONS)
     assert os.listdir(queue.path / "tmp") == []

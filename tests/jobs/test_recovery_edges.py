@@ -18,7 +18,7 @@ def test_junk_in_ready_is_quarantined_even_after_quarantine_was_removed(queue: Q
     shutil.rmtree(queue.path / "quarantine")
     (queue.path / "ready" / "README").write_text("not a job")
     started = time.monotonic()
-    assert queue.claim(owner.name) is None  # returns, rather than rescanning the junk forever
+    assert queue.serving.claim(owner.name) is None  # returns, rather than rescanning the junk forever
     assert time.monotonic() - started < 5
     assert sorted(p.name.endswith(".why") for p in (queue.path / "quarantine").iterdir()) == [False, True]
     assert list((queue.path / "ready").iterdir()) == []
@@ -26,15 +26,15 @@ def test_junk_in_ready_is_quarantined_even_after_quarantine_was_removed(queue: Q
 
 def test_a_copy_of_a_dead_job_put_back_in_ready_is_quarantined_not_stranded(queue: Queue, owner: Owner) -> None:
     job_id = queue.with_options(max_attempts=1).enqueue("sample.echo")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
-    queue.fail(claim, {"message": "boom"})
+    queue.serving.fail(claim, {"message": "boom"})
     shutil.copytree(queue.path / "dead" / job_id, queue.path / "ready" / f"100.{job_id}")
     (queue.path / "ready" / f"100.{job_id}" / "attempts").write_text("0\n")
-    copy = queue.claim(owner.name)
+    copy = queue.serving.claim(owner.name)
     assert copy is not None
     with pytest.raises(ClaimLost, match="already holds a job with this id"):
-        queue.fail(copy, {"message": "boom again"})  # dead/ID exists: the copy cannot replace it
+        queue.serving.fail(copy, {"message": "boom again"})  # dead/ID exists: the copy cannot replace it
     assert queue.counts() == {
         "incoming": 0,
         "ready": 0,
@@ -52,11 +52,11 @@ def test_a_copy_of_a_dead_job_put_back_in_ready_is_quarantined_not_stranded(queu
 def test_a_duplicate_in_a_reaped_owner_folder_does_not_stop_the_sweep(queue: Queue, owner: Owner) -> None:
     job_id = queue.enqueue("sample.echo")
     later = queue.with_options(delay=1).enqueue("sample.echo")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     shutil.copytree(claim.path, queue.path / "dead" / job_id)  # a copy standing where a revert could go
     (claim.path / "attempts").write_text("3\n")  # its lost attempt was the last: it goes to dead/
-    result = queue.sweep(time.time() + 3600, unknown_liveness)
+    result = queue.serving.sweep(time.time() + 3600, unknown_liveness)
     assert result["promoted"] == 1, "the sweep stopped before promoting"
     assert queue.job(later).state is State.READY
     assert [p.name for p in (queue.path / "claimed").iterdir()] == []
@@ -65,12 +65,12 @@ def test_a_duplicate_in_a_reaped_owner_folder_does_not_stop_the_sweep(queue: Que
 def test_claims_that_no_run_holds_go_back_to_the_queue(queue: Queue, owner: Owner) -> None:
     held_id = queue.enqueue("sample.echo")
     stray_id = queue.enqueue("sample.echo")
-    held = queue.claim(owner.name)
-    stray = queue.claim(owner.name)  # as if the fork never happened for this one
+    held = queue.serving.claim(owner.name)
+    stray = queue.serving.claim(owner.name)  # as if the fork never happened for this one
     assert held is not None
     assert stray is not None
     assert (held.job_id, stray.job_id) == (held_id, stray_id)
-    assert queue.return_unheld(owner.name, {held_id}) == 1
+    assert queue.serving.return_unheld(owner.name, {held_id}) == 1
     assert queue.job(held_id).state is State.CLAIMED
     assert queue.job(stray_id).state is State.READY
     assert "never started" in (queue.job(stray_id).path / "events").read_text()
@@ -90,11 +90,11 @@ def test_promote_by_name_moves_that_retry_only(queue: Queue, owner: Owner) -> No
     first, second = queue.enqueue("sample.echo"), queue.enqueue("sample.echo")
     now = time.time()
     for _ in range(2):
-        claim = queue.claim(owner.name, now)
+        claim = queue.serving.claim(owner.name, now)
         assert claim is not None
-        assert queue.fail(claim, {"message": "boom"}, now, delay=5.0) is State.SCHEDULED
-    assert queue.promote(first, 0, now + 5.0, now + 5.0) is True
-    assert queue.promote(first, 0, now + 5.0, now + 5.0) is False  # already moved
+        assert queue.serving.fail(claim, {"message": "boom"}, now, delay=5.0) is State.SCHEDULED
+    assert queue.serving.promote(first, 0, now + 5.0, now + 5.0) is True
+    assert queue.serving.promote(first, 0, now + 5.0, now + 5.0) is False  # already moved
     assert (queue.job(first).state, queue.job(second).state) == (State.READY, State.SCHEDULED)
 
 
@@ -106,16 +106,16 @@ def test_a_claim_reaped_while_its_claimer_stood_still_starts_no_run(queue: Queue
     folder was made, the folder it makes is taken back; after, the sweep marked it lost."""
     job_id = queue.with_options(max_attempts=1).enqueue("sample.echo")
     owner = Owner.new(lease=1.0)
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
 
     def reap_mid_claim(name: str) -> None:
         if name == point:
             job_files.checkpoint_hook = None
-            Queue(queue.path, create=False).sweep(time.time() + 60, lambda found: False)  # the owner is dead
+            Queue(queue.path, create=False).serving.sweep(time.time() + 60, lambda found: False)  # the owner is dead
 
     job_files.checkpoint_hook = reap_mid_claim
     try:
-        assert queue.claim(owner.name) is None, "a claim the sweep took back is not run"
+        assert queue.serving.claim(owner.name) is None, "a claim the sweep took back is not run"
     finally:
         job_files.checkpoint_hook = None
     dead = queue.job(job_id)
@@ -136,23 +136,23 @@ def test_a_claimer_reaped_before_it_counted_counts_nothing_in_the_job(queue: Que
     (found by the chaos run: a dead job's counter read 2 after 3 counted runs)."""
     job_id = queue.enqueue("sample.echo")
     stalled = Owner.new(lease=1.0)
-    queue.register_owner(stalled)
+    queue.serving.register_owner(stalled)
     other = Owner.new()
 
     def reaped_and_run_elsewhere(name: str) -> None:
         if name == "claim:judged":
             job_files.checkpoint_hook = None
             elsewhere = Queue(queue.path, create=False)
-            elsewhere.sweep(time.time() + 60, lambda found: found.name == other.name)  # the stalled one is dead
-            elsewhere.register_owner(other)
+            elsewhere.serving.sweep(time.time() + 60, lambda found: found.name == other.name)  # the stalled one is dead
+            elsewhere.serving.register_owner(other)
             for _ in range(2):  # two attempts counted by the other manager
-                claim = elsewhere.claim(other.name)
+                claim = elsewhere.serving.claim(other.name)
                 assert claim is not None
-                elsewhere.fail(claim, {"message": "x"}, delay=0)
+                elsewhere.serving.fail(claim, {"message": "x"}, delay=0)
 
     job_files.checkpoint_hook = reaped_and_run_elsewhere
     try:
-        assert queue.claim(stalled.name) is None
+        assert queue.serving.claim(stalled.name) is None
     finally:
         job_files.checkpoint_hook = None
     job = queue.job(job_id)
@@ -164,9 +164,9 @@ def test_a_run_whose_claim_was_lost_while_it_ran_gets_an_outcome(queue: Queue, o
     """The manager learns at the harvest that a sweep took its claim back after the run
     began; the run's folder gets an outcome saying so if the sweep wrote none."""
     queue.enqueue("sample.echo")
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     run = claim.path / f"attempt-{claim.run}"
-    queue.note_lost(claim, "exited 0")
+    queue.serving.note_lost(claim, "exited 0")
     assert json.loads((run / "outcome.json").read_text())["lost"] is True
     assert "exited 0 after its claim was lost" in "".join(queue.events(claim.job_id))

@@ -125,8 +125,8 @@ def test_new_jobs_record_no_default_and_claims_take_the_configured_ones(queue: Q
     spec = queue.job(job_id).spec
     assert (spec.max_attempts, spec.timeout) == (None, None), "job.json records only what the submitter gave"
     owner = Owner.new()
-    queue.register_owner(owner)
-    claim = queue.claim(owner.name)
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert (claim.policy.max_attempts, claim.policy.timeout) == (6, 120.0)
     assert claim.policy.sources["max_attempts"] == "queue"
@@ -212,13 +212,13 @@ def test_a_command_written_by_other_means_is_checked_when_read(
 
 def finish(queue: Queue, owner: Owner, value: object = None, fail: bool = False) -> str:
     """Claim the next job and complete it with `value` (or fail it for good)."""
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     if fail:
-        queue.fail(claim, {"type": "ValueError", "message": "bad input"}, permanent=True)
+        queue.serving.fail(claim, {"type": "ValueError", "message": "bad input"}, permanent=True)
     else:
         claim.run_path.joinpath("result.json").write_text(json.dumps(value))
-        queue.complete(claim)
+        queue.serving.complete(claim)
     return claim.job_id
 
 

@@ -24,7 +24,7 @@ def _tally(succeeded: int = 0, dead: int = 0, function: str = "f") -> Tally:
 
 def _register(queue: Queue) -> str:
     owner = Owner.new()
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     return owner.name
 
 
@@ -59,7 +59,7 @@ def test_a_document_that_is_not_a_tally_is_refused(document: object) -> None:
 
 
 def test_a_manager_writes_its_file_and_readers_sum_every_file(queue: Queue) -> None:
-    first, second = queue.stats_file("manager"), queue.stats_file("manager")
+    first, second = queue.serving.stats_file("manager"), queue.serving.stats_file("manager")
     first.start(_register(queue))
     second.start(_register(queue))
     first.tally.add(_tally(succeeded=2))
@@ -71,13 +71,13 @@ def test_a_manager_writes_its_file_and_readers_sum_every_file(queue: Queue) -> N
 
 
 def test_a_new_manager_adopts_a_gone_managers_file_and_counts_on(queue: Queue) -> None:
-    gone = queue.stats_file("manager")
+    gone = queue.serving.stats_file("manager")
     owner = _register(queue)
     gone.start(owner)
     gone.tally.add(_tally(succeeded=5))
     gone.write(owner)
-    queue.retire_owner(owner)  # it stopped: its owner folder went
-    successor = queue.stats_file("manager")
+    queue.serving.retire_owner(owner)  # it stopped: its owner folder went
+    successor = queue.serving.stats_file("manager")
     successor.start(_register(queue))
     assert successor.tally.runs == {("f", "succeeded"): 5}
     successor.tally.add(_tally(succeeded=1))
@@ -87,12 +87,12 @@ def test_a_new_manager_adopts_a_gone_managers_file_and_counts_on(queue: Queue) -
 
 
 def test_the_file_of_a_living_manager_is_not_adopted(queue: Queue) -> None:
-    living = queue.stats_file("manager")
+    living = queue.serving.stats_file("manager")
     owner = _register(queue)
     living.start(owner)
     living.tally.add(_tally(succeeded=2))
     living.write(owner)
-    newcomer = queue.stats_file("manager")
+    newcomer = queue.serving.stats_file("manager")
     newcomer.start(_register(queue))
     assert newcomer.tally.runs == {}
     assert queue.stats().runs == {("f", "succeeded"): 2}
@@ -101,13 +101,13 @@ def test_the_file_of_a_living_manager_is_not_adopted(queue: Queue) -> None:
 def test_a_manager_whose_file_was_adopted_while_it_lived_counts_nothing_twice(queue: Queue) -> None:
     """A stalled manager reaped by a sweeper lives on: a newcomer may adopt its file. Its
     next write sees the file gone and starts a new one with only what came since."""
-    stalled = queue.stats_file("manager")
+    stalled = queue.serving.stats_file("manager")
     owner = _register(queue)
     stalled.start(owner)
     stalled.tally.add(_tally(succeeded=3))
     stalled.write(owner)
-    queue.retire_owner(owner)  # what a reap leaves: no owner folder
-    newcomer = queue.stats_file("manager")
+    queue.serving.retire_owner(owner)  # what a reap leaves: no owner folder
+    newcomer = queue.serving.stats_file("manager")
     newcomer.start(_register(queue))
     assert newcomer.tally.runs == {("f", "succeeded"): 3}
     newcomer.write("unused")
@@ -118,11 +118,11 @@ def test_a_manager_whose_file_was_adopted_while_it_lived_counts_nothing_twice(qu
 
 def test_a_restarted_sweeper_goes_on_from_its_own_file(queue: Queue) -> None:
     owner = _register(queue)
-    first = queue.stats_file("sweeper")
+    first = queue.serving.stats_file("sweeper")
     first.start(owner)
     first.tally.reverts = 2
     first.write(owner)
-    restarted = queue.stats_file("sweeper")
+    restarted = queue.serving.stats_file("sweeper")
     restarted.start(owner)
     restarted.tally.reverts += 1
     restarted.write(owner)
@@ -130,7 +130,7 @@ def test_a_restarted_sweeper_goes_on_from_its_own_file(queue: Queue) -> None:
 
 
 def test_what_is_not_a_stats_file_is_skipped(queue: Queue, tmp_path: Path) -> None:
-    own = queue.stats_file("manager")
+    own = queue.serving.stats_file("manager")
     owner = _register(queue)
     own.start(owner)
     own.tally.add(_tally(succeeded=1))

@@ -20,7 +20,7 @@ GOOD = {"function": "sample.echo"}
 
 
 def claim_one(queue: Queue, owner: Owner) -> Claim:
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     return claim
 
@@ -42,7 +42,7 @@ def test_expired_owner_is_reaped_and_its_job_is_ready_again(queue: Queue, owner:
     job_id = queue.with_options(priority=4).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     heartbeat = hand.heartbeat_of(owner)
-    result = queue.sweep(now=heartbeat + owner.lease + 1, is_alive=NOBODY_KNOWS)
+    result = queue.serving.sweep(now=heartbeat + owner.lease + 1, is_alive=NOBODY_KNOWS)
     assert result == swept(reverted=1, expired=1)
     assert hand.names(State.READY) == [f"096.{job_id}"]
     assert hand.names(State.CLAIMED) == [], "the owner folder (and its reaping. fence) are gone"
@@ -69,7 +69,7 @@ def test_expired_owner_is_reaped_and_its_job_is_ready_again(queue: Queue, owner:
 def test_lease_boundary(queue: Queue, owner: Owner, hand: Hand, past_heartbeat: float, reaped: bool) -> None:
     job_id = queue.enqueue("sample.echo")
     claim_one(queue, owner)
-    result = queue.sweep(now=hand.heartbeat_of(owner) + past_heartbeat, is_alive=NOBODY_KNOWS)
+    result = queue.serving.sweep(now=hand.heartbeat_of(owner) + past_heartbeat, is_alive=NOBODY_KNOWS)
     assert result["reverted"] == (1 if reaped else 0)
     assert queue.job(job_id).state is (State.READY if reaped else State.CLAIMED)
 
@@ -78,15 +78,15 @@ def test_owner_lease_comes_from_its_owner_file(queue: Queue, hand: Hand) -> None
     short = hand.owner(Owner.new(lease=5.0))
     queue.enqueue("sample.echo")
     claim_one(queue, short)
-    assert queue.sweep(now=hand.heartbeat_of(short) + 5.5, is_alive=NOBODY_KNOWS)["reverted"] == 1
+    assert queue.serving.sweep(now=hand.heartbeat_of(short) + 5.5, is_alive=NOBODY_KNOWS)["reverted"] == 1
 
 
 def test_expired_owner_on_its_last_attempt_buries_the_job(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.with_options(max_attempts=2).enqueue("sample.echo")
-    queue.fail(claim_one(queue, owner), {"message": "first"})
+    queue.serving.fail(claim_one(queue, owner), {"message": "first"})
     claim = claim_one(queue, owner)
     assert claim.attempt == 2
-    queue.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
+    queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
     assert hand.names(State.DEAD) == [job_id]
     assert hand.names(State.READY) == []
     error = hand.error(job_id)
@@ -106,7 +106,7 @@ def test_dead_owner_is_reaped_at_once_even_with_a_fresh_lease(queue: Queue, owne
         seen.append(candidate)
         return False
 
-    result = queue.sweep(now=hand.heartbeat_of(owner), is_alive=dead)
+    result = queue.serving.sweep(now=hand.heartbeat_of(owner), is_alive=dead)
     assert result["reverted"] == 1
     assert seen == [owner]
     assert hand.names(State.READY) == [f"100.{job_id}"]
@@ -121,20 +121,20 @@ def test_dead_owner_is_reaped_at_once_even_with_a_fresh_lease(queue: Queue, owne
 def test_healthy_owner_is_left_alone(queue: Queue, owner: Owner, hand: Hand, alive: bool | None) -> None:
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    result = queue.sweep(now=hand.heartbeat_of(owner) + 1, is_alive=lambda _: alive)
+    result = queue.serving.sweep(now=hand.heartbeat_of(owner) + 1, is_alive=lambda _: alive)
     assert result == swept()
     assert queue.job(job_id).state is State.CLAIMED
     assert hand.names(State.CLAIMED) == [owner.name]
     assert not (claim.run_path / "outcome.json").exists()
-    queue.heartbeat(owner.name)
-    queue.complete(claim)
+    queue.serving.heartbeat(owner.name)
+    queue.serving.complete(claim)
     assert queue.job(job_id).state is State.DONE
 
 
 def test_alive_owner_whose_lease_expired_is_still_reaped(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
     claim_one(queue, owner)
-    assert queue.sweep(now=hand.expired_now(owner), is_alive=lambda _: True)["reverted"] == 1
+    assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=lambda _: True)["reverted"] == 1
     assert queue.job(job_id).state is State.READY
 
 
@@ -144,14 +144,14 @@ def test_only_the_gone_owner_is_reaped(queue: Queue, owner: Owner, hand: Hand) -
     other = hand.owner()
     second = queue.enqueue("sample.echo")
     claim_one(queue, other)
-    queue.sweep(now=hand.heartbeat_of(other) + 1, is_alive=lambda candidate: candidate.name != owner.name)
+    queue.serving.sweep(now=hand.heartbeat_of(other) + 1, is_alive=lambda candidate: candidate.name != owner.name)
     assert queue.job(first).state is State.READY
     assert queue.job(second).owner == other.name
     assert hand.names(State.CLAIMED) == [other.name]
 
 
 def test_reaped_owner_without_jobs_is_removed(queue: Queue, owner: Owner, hand: Hand) -> None:
-    assert queue.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)["reverted"] == 0
+    assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)["reverted"] == 0
     assert hand.names(State.CLAIMED) == []
 
 
@@ -159,18 +159,18 @@ def test_heartbeat_renews_the_lease(queue: Queue, owner: Owner, hand: Hand) -> N
     owner_file = hand.dir(State.CLAIMED) / owner.name / ".owner.json"
     hand.age(owner_file, 3600, time.time())
     stale = hand.heartbeat_of(owner)
-    queue.heartbeat(owner.name)
+    queue.serving.heartbeat(owner.name)
     assert hand.heartbeat_of(owner) >= stale + 3599
     job_id = queue.enqueue("sample.echo")
     claim_one(queue, owner)
-    assert queue.sweep(now=stale + owner.lease + 1, is_alive=NOBODY_KNOWS)["reverted"] == 0
+    assert queue.serving.sweep(now=stale + owner.lease + 1, is_alive=NOBODY_KNOWS)["reverted"] == 0
     assert queue.job(job_id).state is State.CLAIMED
 
 
 def test_heartbeat_of_a_reaped_owner_is_claim_lost(queue: Queue, owner: Owner, hand: Hand) -> None:
-    queue.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
+    queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
     with pytest.raises(ClaimLost, match=rf"owner {owner.name} of queue .* was reaped"):
-        queue.heartbeat(owner.name)
+        queue.serving.heartbeat(owner.name)
     assert hand.names(State.CLAIMED) == [], "a heartbeat never brings a reaped owner back"
 
 
@@ -181,17 +181,17 @@ def test_owner_folder_without_owner_file(queue: Queue, hand: Hand) -> None:
     job_id = new_job_id()
     hand.job_dir(folder, job_id, {"function": "sample.echo"}, attempts=1)
     now = time.time()
-    assert queue.sweep(now=now, is_alive=NOBODY_KNOWS)["reverted"] == 0, "maybe a registration in progress"
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)["reverted"] == 0, "maybe a registration in progress"
     assert hand.names(State.CLAIMED) == [name]
     hand.age(folder, 61, now)
-    assert queue.sweep(now=now, is_alive=NOBODY_KNOWS)["reverted"] == 1
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)["reverted"] == 1
     assert hand.names(State.READY) == [f"100.{job_id}"]
     assert hand.names(State.CLAIMED) == []
 
 
 def test_badly_named_owner_folder_is_quarantined(queue: Queue, hand: Hand) -> None:
     (hand.dir(State.CLAIMED) / "not an owner").mkdir()
-    queue.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
+    queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
     assert hand.names(State.CLAIMED) == []
     notes = list(hand.quarantined().values())
     assert len(notes) == 1
@@ -202,10 +202,10 @@ def test_badly_named_owner_folder_is_quarantined(queue: Queue, hand: Hand) -> No
 def test_retire_owner(queue: Queue, owner: Owner, hand: Hand) -> None:
     queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     assert hand.names(State.CLAIMED) == [owner.name], "an owner holding a job keeps its folder"
-    queue.complete(claim)
-    queue.retire_owner(owner.name)
+    queue.serving.complete(claim)
+    queue.serving.retire_owner(owner.name)
     assert hand.names(State.CLAIMED) == []
 
 
@@ -227,7 +227,7 @@ def test_half_done_reap_is_finished_by_the_next_sweep(
     (job_dir / f"attempt-{used}").mkdir()
     other_id = new_job_id()
     hand.job_dir(fence, other_id, {"function": "sample.echo"}, attempts=1)
-    result = queue.sweep(now=time.time(), is_alive=lambda _: pytest.fail("a fenced owner is not asked about"))
+    result = queue.serving.sweep(now=time.time(), is_alive=lambda _: pytest.fail("a fenced owner is not asked about"))
     assert result["reverted"] == 2
     assert hand.names(State.CLAIMED) == []
     assert queue.job(job_id).state is state
@@ -243,7 +243,7 @@ def test_reaping_fence_left_by_a_crash_after_the_rename(queue: Queue, owner: Own
     claim_one(queue, owner)
     claimed = hand.dir(State.CLAIMED)
     os.rename(claimed / owner.name, claimed / f"reaping.{owner.name}")
-    assert queue.sweep(now=hand.heartbeat_of(hand.owner()) + 1, is_alive=NOBODY_KNOWS)["reverted"] == 1
+    assert queue.serving.sweep(now=hand.heartbeat_of(hand.owner()) + 1, is_alive=NOBODY_KNOWS)["reverted"] == 1
     assert queue.job(job_id).state is State.READY
     assert all(not name.startswith("reaping.") for name in hand.names(State.CLAIMED))
 
@@ -257,7 +257,7 @@ def test_promote_moves_due_jobs_only(queue: Queue, hand: Hand) -> None:
     due, _ = hand.scheduled_job({"function": "sample.echo"}, due=now, priority=9)
     soon, _ = hand.scheduled_job({"function": "sample.echo"}, due=now + 0.001)
     later, _ = hand.scheduled_job({"function": "sample.echo"}, due=now + 3600, priority=100)
-    result = queue.sweep(now=now, is_alive=NOBODY_KNOWS)
+    result = queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)
     assert result == swept(promoted=2)
     assert hand.names(State.READY) == [f"091.{due}", f"101.{overdue}"]
     assert hand.names(State.SCHEDULED) == [scheduled_name(soon, 0, now + 0.001), scheduled_name(later, 100, now + 3600)]
@@ -265,8 +265,8 @@ def test_promote_moves_due_jobs_only(queue: Queue, hand: Hand) -> None:
     claims = [claim_one(queue, owner) for _ in range(2)]
     assert [claim.job_id for claim in claims] == [due, overdue]
     for claim in claims:
-        queue.complete(claim)
-    assert queue.sweep(now=now + 3600, is_alive=NOBODY_KNOWS) == swept(promoted=2, expired=1)
+        queue.serving.complete(claim)
+    assert queue.serving.sweep(now=now + 3600, is_alive=NOBODY_KNOWS) == swept(promoted=2, expired=1)
     late_owner = hand.owner()  # the sweep at now + 3600 reaped the first owner: its lease ran out
     assert [claim_one(queue, late_owner).job_id for _ in range(2)] == [later, soon]
 
@@ -274,9 +274,9 @@ def test_promote_moves_due_jobs_only(queue: Queue, hand: Hand) -> None:
 def test_a_failed_job_is_promoted_when_its_retry_is_due(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
     now = time.time()
-    queue.fail(claim_one(queue, owner), {"message": "x"}, now=now, delay=30)
-    assert queue.sweep(now=now + 29, is_alive=lambda _: True)["promoted"] == 0
-    assert queue.sweep(now=now + 30.001, is_alive=lambda _: True)["promoted"] == 1
+    queue.serving.fail(claim_one(queue, owner), {"message": "x"}, now=now, delay=30)
+    assert queue.serving.sweep(now=now + 29, is_alive=lambda _: True)["promoted"] == 0
+    assert queue.serving.sweep(now=now + 30.001, is_alive=lambda _: True)["promoted"] == 1
     claim = claim_one(queue, owner)
     assert (claim.job_id, claim.run, claim.attempt) == (job_id, 2, 2)
 
@@ -284,7 +284,7 @@ def test_a_failed_job_is_promoted_when_its_retry_is_due(queue: Queue, owner: Own
 def test_promote_does_not_replace_a_ready_job_with_the_same_id(queue: Queue, hand: Hand) -> None:
     job_id, _ = hand.ready_job({"function": "sample.echo", "args": ["ready"]})
     hand.job_dir(hand.dir(State.SCHEDULED), scheduled_name(job_id, 0, 1.0), {"function": "sample.echo"})
-    queue.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
+    queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
     assert hand.names(State.READY) == [f"100.{job_id}"]
     assert queue.job(job_id).spec.args == ("ready",)
     notes = list(hand.quarantined().values())
@@ -301,7 +301,7 @@ def test_stale_tmp_entry_is_quarantined_and_a_fresh_one_left_alone(queue: Queue,
     fresh = hand.job_dir(hand.dir("tmp"), new_job_id(), {"function": "sample.echo"})
     hand.age(stale, 3601, now)
     hand.age(fresh, 3599, now)
-    result = queue.sweep(now=now, is_alive=NOBODY_KNOWS)
+    result = queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)
     assert result == swept(abandoned=1)
     assert hand.names("tmp") == [fresh.name]
     quarantined = hand.quarantined()
@@ -318,8 +318,8 @@ def test_tmp_age_is_a_parameter(queue: Queue, hand: Hand) -> None:
     now = time.time()
     entry = hand.job_dir(hand.dir("tmp"), new_job_id(), None)
     hand.age(entry, 11, now)
-    assert queue.sweep(now=now, is_alive=NOBODY_KNOWS, tmp_age=20)["abandoned"] == 0
-    assert queue.sweep(now=now, is_alive=NOBODY_KNOWS, tmp_age=10)["abandoned"] == 1
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS, tmp_age=20)["abandoned"] == 0
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS, tmp_age=10)["abandoned"] == 1
     assert hand.names("tmp") == []
 
 
@@ -327,17 +327,17 @@ def test_stale_interrupted_purge_in_tmp_is_deleted(queue: Queue, hand: Hand) -> 
     now = time.time()
     doomed = hand.job_dir(hand.dir("tmp"), f".purge.{new_job_id()}", {"function": "sample.echo"})
     hand.age(doomed, 7200, now)
-    assert queue.sweep(now=now, is_alive=NOBODY_KNOWS)["abandoned"] == 1
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)["abandoned"] == 1
     assert hand.names("tmp") == []
     assert hand.names("quarantine") == []
 
 
 def test_filesystem_now_reads_the_file_system_clock(queue: Queue) -> None:
     before = time.time()
-    now = queue.filesystem_now()
+    now = queue.serving.filesystem_now()
     assert (queue.path / ".clock").is_file()
     assert before - 5 <= now <= time.time() + 5
-    assert queue.filesystem_now() >= now
+    assert queue.serving.filesystem_now() >= now
 
 
 # -- the manager's own helpers: promote_due, scheduled_after, note_lost -----------------------------
@@ -347,20 +347,20 @@ def test_queue_promote_due_moves_due_jobs_only(queue: Queue, hand: Hand) -> None
     now = time.time()
     due, _ = hand.scheduled_job(GOOD, due=now - 1, priority=2)
     later, _ = hand.scheduled_job(GOOD, due=now + 60)
-    assert queue.promote_due(now=now) == [due]
+    assert queue.serving.promote_due(now=now) == [due]
     assert hand.names(State.READY) == [f"098.{due}"]
     assert hand.names(State.SCHEDULED) == [scheduled_name(later, 0, now + 60)]
-    assert queue.promote_due(now=now) == []
-    assert queue.promote_due(now=now + 61) == [later]
+    assert queue.serving.promote_due(now=now) == []
+    assert queue.serving.promote_due(now=now + 61) == [later]
 
 
 @pytest.mark.usefixtures("frozen_index_clock")
 def test_promoted_jobs_are_claimed_in_priority_order(queue: Queue, owner: Owner) -> None:
     now = time.time()
     low = [queue.enqueue("sample.echo") for _ in range(2)]
-    assert queue.claim(owner.name, now=now) is not None  # the index now holds low[1]
+    assert queue.serving.claim(owner.name, now=now) is not None  # the index now holds low[1]
     urgent = queue.submit(Call("sample.echo", options=JobOptions(priority=9, run_at=now + 5)), now=now)
-    assert queue.promote_due(now=now + 5.001) == [urgent]
+    assert queue.serving.promote_due(now=now + 5.001) == [urgent]
     assert [claim_one(queue, owner).job_id for _ in range(2)] == [urgent, low[1]]
 
 
@@ -368,17 +368,17 @@ def test_scheduled_after_counts_jobs_due_later(queue: Queue, hand: Hand) -> None
     now = time.time()
     for offset in (-10, 10, 20):
         hand.scheduled_job(GOOD, due=now + offset)
-    assert queue.scheduled_after(now) == 2
-    assert queue.scheduled_after(now + 15) == 1
-    assert queue.scheduled_after(now + 30) == 0
-    assert queue.scheduled_after(now - 60) == 3
+    assert queue.serving.scheduled_after(now) == 2
+    assert queue.serving.scheduled_after(now + 15) == 1
+    assert queue.serving.scheduled_after(now + 30) == 0
+    assert queue.serving.scheduled_after(now - 60) == 3
 
 
 def test_note_lost_logs_wherever_the_job_is_now(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    queue.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
-    queue.note_lost(claim, now=1_700_000_000.0)
+    queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS)
+    queue.serving.note_lost(claim, now=1_700_000_000.0)
     events = (queue.job(job_id).path / "events").read_text().splitlines()
     assert events[-1] == f"2023-11-14T22:13:20.000000Z run 1 by {owner.name} stopped after its claim was lost"
     assert queue.job(job_id).state is State.READY
@@ -387,9 +387,9 @@ def test_note_lost_logs_wherever_the_job_is_now(queue: Queue, owner: Owner, hand
 def test_note_lost_of_a_purged_job_does_nothing(queue: Queue, owner: Owner) -> None:
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
-    queue.complete(claim)
+    queue.serving.complete(claim)
     assert queue.purge(State.DONE, older_than=0, now=time.time() + 1) == [job_id]
-    queue.note_lost(claim)
+    queue.serving.note_lost(claim)
     assert queue.counts() == {
         "incoming": 0,
         "ready": 0,

@@ -46,7 +46,7 @@ def tick_jobs(queue: Queue, name: str = "s") -> dict[int, list[str]]:
 
 def test_each_tick_enqueues_one_job_named_by_its_tick(queue: Queue) -> None:
     add(queue)
-    planner = queue.planner()
+    planner = queue.serving.planner()
     assert planner.fire(T0 + 5, 0.0) == (0, T0 + 10)
     assert planner.fire(T0 + 10, 5.0) == (1, T0 + 20)
     assert planner.fire(T0 + 12, 7.0) == (0, T0 + 20), "a tick fires once"
@@ -78,7 +78,7 @@ def test_firers_racing_in_many_processes_enqueue_each_tick_once(queue: Queue) ->
             code = 1
             try:
                 mine = Queue(queue.path, create=False)
-                planner = mine.planner()
+                planner = mine.serving.planner()
                 while not start.exists():
                     time.sleep(0.001)
                 for moment in moments:
@@ -100,7 +100,7 @@ def test_firers_racing_in_many_processes_enqueue_each_tick_once(queue: Queue) ->
 def test_missed_ticks_follow_the_policy(queue: Queue) -> None:
     for policy in ("skip", "once", "all"):
         add(queue, name=policy, missed=policy)
-    planner = queue.planner()
+    planner = queue.serving.planner()
     planner.fire(T0 + 95, 0.0)  # nine ticks passed since the schedules were made
     assert len(tick_jobs(queue, "once")) == 1
     assert sorted(tick_jobs(queue, "all")) == [int(T0) + 10 * n for n in range(1, 10)]
@@ -112,7 +112,7 @@ def test_missed_ticks_follow_the_policy(queue: Queue) -> None:
 
 def test_a_clock_jump_fires_one_tick_even_for_all(queue: Queue) -> None:
     add(queue, missed="all")
-    planner = queue.planner()
+    planner = queue.serving.planner()
     planner.fire(T0 + 1, 1.0)
     planner.fire(T0 + 86400, 2.0)  # the wall clock moved a day in a second of monotonic time
     assert sorted(tick_jobs(queue)) == [int(T0 + 86400)]
@@ -121,7 +121,7 @@ def test_a_clock_jump_fires_one_tick_even_for_all(queue: Queue) -> None:
 def test_a_paused_schedule_fires_nothing_and_its_ticks_are_skipped(queue: Queue) -> None:
     add(queue)
     queue.pause_schedule("s")
-    planner = queue.planner()
+    planner = queue.serving.planner()
     planner.fire(T0 + 35, 0.0)
     assert tick_jobs(queue) == {}
     assert queue.schedule("s", now=T0 + 35).paused
@@ -134,7 +134,7 @@ def test_a_paused_schedule_fires_nothing_and_its_ticks_are_skipped(queue: Queue)
 
 def test_a_declared_schedule_starts_at_its_first_sight_and_is_described(queue: Queue) -> None:
     schedule = declared("py", "every 10s", "tasks.work")
-    planner = queue.planner([schedule])
+    planner = queue.serving.planner([schedule])
     planner.fire(T0 + 95, 0.0)
     assert tick_jobs(queue, "py") == {}, "ticks before it was first served are not missed ones"
     planner.fire(T0 + 100, 5.0)
@@ -151,7 +151,7 @@ def test_a_declared_schedule_starts_at_its_first_sight_and_is_described(queue: Q
 
 def test_only_the_newest_markers_are_kept(queue: Queue) -> None:
     add(queue, missed="all")
-    planner = queue.planner()
+    planner = queue.serving.planner()
     for n in range(1, 41):
         planner.fire(T0 + 10 * n, float(n))
     markers = os.listdir(queue.path / "ticks" / "s")
@@ -165,7 +165,7 @@ def test_a_bad_schedule_file_stops_no_other_schedule(queue: Queue) -> None:
     (queue.path / "schedules" / "broken.json").write_text("{not json")
     (queue.path / "schedules" / "deep.json").write_text("[" * 5000 + "]" * 5000)
     os.symlink("/etc/passwd", queue.path / "schedules" / "link.json")
-    planner = queue.planner()
+    planner = queue.serving.planner()
     assert planner.fire(T0 + 10, 0.0)[0] == 1
     assert set(planner.bad) == {"broken.json", "deep.json", "link.json"}
     assert [info.schedule.name for info in queue.schedules(now=T0)] == ["s"]
@@ -180,7 +180,7 @@ def _fire_and_die_at(queue: Queue, point: str, moment: float) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         job_files.checkpoint_hook = die
-        Queue(queue.path, create=False).planner().fire(moment, 0.0)
+        Queue(queue.path, create=False).serving.planner().fire(moment, 0.0)
         os._exit(0)  # not reached
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status), f"the firer was not killed at {point}"
@@ -191,11 +191,11 @@ def test_a_firer_killed_after_taking_the_tick_has_its_job_published_by_a_sweep(q
     _fire_and_die_at(queue, "tick:taken", T0 + 10)
     job_id = _tick(queue, "s", T0 + 10)
     assert os.listdir(queue.path / "tmp") == [job_id]
-    assert queue.planner().fire(T0 + 11, 1.0)[0] == 0, "the tick is taken: no second job"
+    assert queue.serving.planner().fire(T0 + 11, 1.0)[0] == 0, "the tick is taken: no second job"
     swept_at = (queue.path / "tmp" / job_id).stat().st_mtime
-    queue.sweep(swept_at + STALE / 2, lambda owner: None)
+    queue.serving.sweep(swept_at + STALE / 2, lambda owner: None)
     assert os.listdir(queue.path / "tmp") == [job_id], "its firer may only be slow: too early to publish"
-    queue.sweep(swept_at + STALE + 1, lambda owner: None)
+    queue.serving.sweep(swept_at + STALE + 1, lambda owner: None)
     assert os.listdir(queue.path / "tmp") == []
     assert queue.job(job_id).state is State.READY
     assert tick_jobs(queue) == {int(T0 + 10): [job_id]}
@@ -208,10 +208,10 @@ def test_a_firer_killed_before_taking_the_tick_leaves_it_to_be_fired_again(queue
     job_id = _tick(queue, "s", T0 + 10)
     assert os.listdir(queue.path / "tmp") == [job_id]
     assert not (queue.path / "ticks" / "s" / f"{int(T0 + 10):010d}").exists()
-    assert queue.planner().fire(T0 + 11, 1.0)[0] == 0, "the staged job is another firer's, maybe alive"
-    queue.sweep(time.time() + 10, lambda owner: None, tmp_age=1.0)  # its writer is dead: quarantined
+    assert queue.serving.planner().fire(T0 + 11, 1.0)[0] == 0, "the staged job is another firer's, maybe alive"
+    queue.serving.sweep(time.time() + 10, lambda owner: None, tmp_age=1.0)  # its writer is dead: quarantined
     assert os.listdir(queue.path / "tmp") == []
-    assert queue.planner().fire(T0 + 12, 2.0)[0] == 1, "the tick is still the newest passed: fired now"
+    assert queue.serving.planner().fire(T0 + 12, 2.0)[0] == 1, "the tick is still the newest passed: fired now"
     assert tick_jobs(queue) == {int(T0 + 10): [job_id]}
     check_invariants(queue.path, [job_id])
     why = [name for name in os.listdir(queue.path / "quarantine") if name.endswith(".why")]
@@ -226,16 +226,16 @@ def test_a_job_in_tmp_that_only_looks_like_a_tick_is_left_to_the_usual_rule(queu
     (staged / "job.json").write_text(json.dumps({"function": "f", "metadata": {"schedule": "s", "tick": int(T0 + 10)}}))
     old = time.time() - 2 * STALE
     os.utime(staged, (old, old))
-    queue.sweep(time.time(), lambda owner: None)  # no marker names it: not published
+    queue.serving.sweep(time.time(), lambda owner: None)  # no marker names it: not published
     assert os.listdir(queue.path / "tmp") == [job_id]
 
 
 @pytest.mark.parametrize("missed", ["once", "all"])
 def test_a_schedule_added_again_does_not_fire_its_old_ticks_again(queue: Queue, missed: str) -> None:
     add(queue, missed=missed)
-    queue.planner().fire(T0 + 30, 0.0)
+    queue.serving.planner().fire(T0 + 30, 0.0)
     before = tick_jobs(queue)
     queue.remove_schedule("s")
     add(queue, missed=missed, created=T0)
-    queue.planner().fire(T0 + 30, 0.0)
+    queue.serving.planner().fire(T0 + 30, 0.0)
     assert tick_jobs(queue) == before

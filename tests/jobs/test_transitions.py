@@ -63,7 +63,7 @@ def last_event(path: Path) -> str:
 
 
 def claim_one(queue: Queue, owner: Owner, now: float | None = None) -> Claim:
-    claim = queue.claim(owner.name, now=now)
+    claim = queue.serving.claim(owner.name, now=now)
     assert claim is not None, "a ready job should have been claimed"
     return claim
 
@@ -86,9 +86,9 @@ def bring_to(queue: Queue, owner: Owner, state: State, **options: Any) -> str:
     assert claim.job_id == job_id
     if state is State.DONE:
         (claim.run_path / "result.json").write_text('{"value": 42}\n')
-        queue.complete(claim)
+        queue.serving.complete(claim)
     elif state is State.DEAD:
-        queue.fail(claim, {"message": "boom"}, permanent=True)
+        queue.serving.fail(claim, {"message": "boom"}, permanent=True)
     return job_id
 
 
@@ -121,35 +121,35 @@ def _claim(queue: Queue, owner: Owner, job: Held) -> None:
 
 
 def _complete(queue: Queue, owner: Owner, job: Held) -> None:
-    queue.complete(job.held)
+    queue.serving.complete(job.held)
 
 
 def _fail_later(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.fail(job.held, {"message": "try again"}, delay=30) is State.SCHEDULED
+    assert queue.serving.fail(job.held, {"message": "try again"}, delay=30) is State.SCHEDULED
 
 
 def _fail_now(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.fail(job.held, {"message": "try again"}) is State.READY
+    assert queue.serving.fail(job.held, {"message": "try again"}) is State.READY
 
 
 def _fail_last(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.fail(job.held, {"message": "no more"}, delay=30) is State.DEAD
+    assert queue.serving.fail(job.held, {"message": "no more"}, delay=30) is State.DEAD
 
 
 def _fail_permanent(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.fail(job.held, {"message": "never"}, permanent=True) is State.DEAD
+    assert queue.serving.fail(job.held, {"message": "never"}, permanent=True) is State.DEAD
 
 
 def _release(queue: Queue, owner: Owner, job: Held) -> None:
-    queue.release(job.held)
+    queue.serving.release(job.held)
 
 
 def _reap(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.sweep(now=time.time(), is_alive=lambda _: False)["reverted"] == 1
+    assert queue.serving.sweep(now=time.time(), is_alive=lambda _: False)["reverted"] == 1
 
 
 def _promote(queue: Queue, owner: Owner, job: Held) -> None:
-    assert queue.sweep(now=time.time() + 3601, is_alive=unknown_liveness)["promoted"] == 1
+    assert queue.serving.sweep(now=time.time() + 3601, is_alive=unknown_liveness)["promoted"] == 1
 
 
 def _cancel(queue: Queue, owner: Owner, job: Held) -> None:
@@ -235,7 +235,7 @@ def test_claim_takes_higher_priority_first_then_oldest(queue: Queue, owner: Owne
     top = queue.with_options(priority=100).enqueue("sample.echo")
     claimed = [claim_one(queue, owner).job_id for _ in range(5)]
     assert claimed == [top, high, first, second, low]
-    assert queue.claim(owner.name) is None
+    assert queue.serving.claim(owner.name) is None
 
 
 @pytest.mark.usefixtures("frozen_index_clock")
@@ -250,9 +250,9 @@ def test_claim_order_includes_jobs_added_after_the_index_was_filled(queue: Queue
     assert claim_one(queue, owner).job_id == second
     other = Queue(queue.path, create=False)  # another submitter: this queue learns of it as from inotify
     urgent_elsewhere = other.with_options(priority=20).enqueue("sample.echo")
-    queue.note_ready(f"080.{urgent_elsewhere}")
+    queue.serving.note_ready(f"080.{urgent_elsewhere}")
     assert [claim_one(queue, owner).job_id for _ in range(3)] == [urgent_elsewhere, third, fourth]
-    assert queue.claim(owner.name) is None
+    assert queue.serving.claim(owner.name) is None
 
 
 @pytest.mark.usefixtures("frozen_index_clock")
@@ -279,26 +279,26 @@ def test_claim_order_with_an_index_smaller_than_ready(
 
 
 def _back_by_release(queue: Queue, hand: Hand, claim: Claim) -> None:
-    queue.release(claim)
+    queue.serving.release(claim)
 
 
 def _back_by_retry(queue: Queue, hand: Hand, claim: Claim) -> None:
-    queue.fail(claim, {"message": "x"}, permanent=True)
+    queue.serving.fail(claim, {"message": "x"}, permanent=True)
     queue.retry(claim.job_id)
 
 
 def _back_by_promote(queue: Queue, hand: Hand, claim: Claim) -> None:
     now = time.time()
-    queue.fail(claim, {"message": "x"}, now=now, delay=10)
-    assert queue.sweep(now=now + 11, is_alive=unknown_liveness)["promoted"] == 1
+    queue.serving.fail(claim, {"message": "x"}, now=now, delay=10)
+    assert queue.serving.sweep(now=now + 11, is_alive=unknown_liveness)["promoted"] == 1
 
 
 def _back_by_fail(queue: Queue, hand: Hand, claim: Claim) -> None:
-    assert queue.fail(claim, {"message": "x"}, delay=0) is State.READY
+    assert queue.serving.fail(claim, {"message": "x"}, delay=0) is State.READY
 
 
 def _back_by_reap(queue: Queue, hand: Hand, claim: Claim) -> None:
-    reaped = queue.sweep(now=time.time(), is_alive=lambda candidate: candidate.name != claim.owner)
+    reaped = queue.serving.sweep(now=time.time(), is_alive=lambda candidate: candidate.name != claim.owner)
     assert reaped["reverted"] == 1
 
 
@@ -332,7 +332,7 @@ def test_a_job_back_in_ready_keeps_its_place_in_claim_order(
 
 
 def test_claim_of_an_empty_queue_is_none(queue: Queue, owner: Owner) -> None:
-    assert queue.claim(owner.name) is None
+    assert queue.serving.claim(owner.name) is None
 
 
 def test_claim_skips_a_job_cancelled_after_the_index_saw_it(queue: Queue, owner: Owner) -> None:
@@ -342,7 +342,7 @@ def test_claim_skips_a_job_cancelled_after_the_index_saw_it(queue: Queue, owner:
     assert claim_one(queue, owner).job_id == first
     assert queue.cancel(second) is State.DEAD
     assert claim_one(queue, owner).job_id == third
-    assert queue.claim(owner.name) is None
+    assert queue.serving.claim(owner.name) is None
 
 
 # -- claim, complete, fail, release -------------------------------------------------------------
@@ -374,7 +374,7 @@ def test_each_claim_adds_an_attempt_and_never_reuses_a_run_folder(queue: Queue, 
         claim = claim_one(queue, owner)
         assert (claim.run, claim.attempt) == (number, number)
         (claim.run_path / "stdout").write_text(f"run {number}\n")
-        queue.fail(claim, {"message": f"run {number} failed"})
+        queue.serving.fail(claim, {"message": f"run {number} failed"})
     job = queue.job(job_id)
     assert job.state is State.DEAD
     assert job.attempts == 3
@@ -386,8 +386,8 @@ def test_complete_links_the_attempts_result(queue: Queue, owner: Owner, hand: Ha
     job_id = queue.enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.run_path / "result.json").write_text('{"thumbnail": "a@320.png"}\n')
-    queue.record_outcome(claim, {"exit_code": 0})
-    queue.complete(claim)
+    queue.serving.record_outcome(claim, {"exit_code": 0})
+    queue.serving.complete(claim)
     done = queue.path / "done" / job_id
     assert hand.names(State.DONE) == [job_id]
     assert os.listdir(queue.path / "claimed" / owner.name) == [".owner.json"]
@@ -403,7 +403,7 @@ def test_complete_links_the_attempts_result(queue: Queue, owner: Owner, hand: Ha
 
 def test_complete_without_a_result(queue: Queue, owner: Owner) -> None:
     job_id = queue.enqueue("sample.echo")
-    queue.complete(claim_one(queue, owner))
+    queue.serving.complete(claim_one(queue, owner))
     job = queue.job(job_id)
     assert job.state is State.DONE
     assert job.result is None
@@ -414,7 +414,7 @@ def test_fail_with_a_delay_schedules_the_retry(queue: Queue, owner: Owner, hand:
     job_id = queue.with_options(priority=-3).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     now = time.time()
-    assert queue.fail(claim, {"message": "busy"}, now=now, delay=42.5) is State.SCHEDULED
+    assert queue.serving.fail(claim, {"message": "busy"}, now=now, delay=42.5) is State.SCHEDULED
     assert hand.names(State.SCHEDULED) == [f"{math.ceil((now + 42.5) * 1000):013d}.103.{job_id}"]
     assert hand.names(State.READY) == []
     job = queue.job(job_id)
@@ -426,7 +426,7 @@ def test_fail_with_a_delay_schedules_the_retry(queue: Queue, owner: Owner, hand:
 @pytest.mark.parametrize("delay", [0.0, -10.0])
 def test_fail_without_a_delay_goes_back_to_ready(queue: Queue, owner: Owner, hand: Hand, delay: float) -> None:
     job_id = queue.with_options(priority=2).enqueue("sample.echo")
-    assert queue.fail(claim_one(queue, owner), {"message": "x"}, delay=delay) is State.READY
+    assert queue.serving.fail(claim_one(queue, owner), {"message": "x"}, delay=delay) is State.READY
     assert hand.names(State.READY) == [f"098.{job_id}"]
     assert hand.names(State.SCHEDULED) == []
     claim = claim_one(queue, owner)
@@ -446,7 +446,7 @@ def test_fail_buries_with_the_cause(
     job_id = queue.with_options(max_attempts=max_attempts).enqueue("sample.echo")
     claim = claim_one(queue, owner)
     (claim.path / "result.json").write_text("1\n")  # a stale result never stands for a dead job
-    state = queue.fail(claim, {"message": "disk full", "type": "OSError"}, delay=60, permanent=permanent)
+    state = queue.serving.fail(claim, {"message": "disk full", "type": "OSError"}, delay=60, permanent=permanent)
     assert state is State.DEAD
     assert hand.names(State.DEAD) == [job_id]
     assert hand.names(State.SCHEDULED) == []
@@ -464,11 +464,11 @@ def test_fail_buries_with_the_cause(
 
 def test_release_gives_the_attempt_back(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.with_options(priority=1).enqueue("sample.echo")
-    queue.fail(claim_one(queue, owner), {"message": "first run failed"})
+    queue.serving.fail(claim_one(queue, owner), {"message": "first run failed"})
     claim = claim_one(queue, owner)
     assert (claim.run, claim.attempt) == (2, 2)
-    queue.record_outcome(claim, {"released": True})
-    queue.release(claim, reason="drain")
+    queue.serving.record_outcome(claim, {"released": True})
+    queue.serving.release(claim, reason="drain")
     assert hand.names(State.READY) == [f"099.{job_id}"]
     job = queue.job(job_id)
     assert job.attempts == 1
@@ -481,7 +481,7 @@ def test_release_gives_the_attempt_back(queue: Queue, owner: Owner, hand: Hand) 
 
 def test_release_of_a_first_attempt_goes_back_to_zero(queue: Queue, owner: Owner) -> None:
     job_id = queue.enqueue("sample.echo")
-    queue.release(claim_one(queue, owner))
+    queue.serving.release(claim_one(queue, owner))
     job = queue.job(job_id)
     assert (job.state, job.attempts) == (State.READY, 0)
     assert (job.path / "attempt-1").is_dir()
@@ -491,17 +491,17 @@ def test_release_of_a_first_attempt_goes_back_to_zero(queue: Queue, owner: Owner
 
 
 STALE_ACTIONS: dict[str, Callable[[Queue, Claim], object]] = {
-    "complete": lambda queue, claim: queue.complete(claim),
-    "fail-retry": lambda queue, claim: queue.fail(claim, {"message": "x"}, delay=5),
-    "fail-now": lambda queue, claim: queue.fail(claim, {"message": "x"}),
-    "fail-permanent": lambda queue, claim: queue.fail(claim, {"message": "x"}, permanent=True),
-    "release": lambda queue, claim: queue.release(claim),
-    "record_outcome": lambda queue, claim: queue.record_outcome(claim, {"exit_code": 0}),
+    "complete": lambda queue, claim: queue.serving.complete(claim),
+    "fail-retry": lambda queue, claim: queue.serving.fail(claim, {"message": "x"}, delay=5),
+    "fail-now": lambda queue, claim: queue.serving.fail(claim, {"message": "x"}),
+    "fail-permanent": lambda queue, claim: queue.serving.fail(claim, {"message": "x"}, permanent=True),
+    "release": lambda queue, claim: queue.serving.release(claim),
+    "record_outcome": lambda queue, claim: queue.serving.record_outcome(claim, {"exit_code": 0}),
 }
 
 
 def _reaped(queue: Queue, hand: Hand, owner: Owner) -> None:
-    assert queue.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)["reverted"] == 1
+    assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)["reverted"] == 1
 
 
 def _fenced(queue: Queue, hand: Hand, owner: Owner) -> None:
@@ -539,11 +539,11 @@ def test_stale_owner_cannot_complete_a_job_another_owner_now_holds(queue: Queue,
     current = claim_one(queue, successor)
     assert (current.job_id, current.run, current.attempt) == (job_id, 2, 2)
     with pytest.raises(ClaimLost):
-        queue.complete(stale)
+        queue.serving.complete(stale)
     with pytest.raises(ClaimLost):
-        queue.fail(stale, {"message": "x"}, permanent=True)
+        queue.serving.fail(stale, {"message": "x"}, permanent=True)
     assert where(hand, job_id) == [f"claimed/{successor.name}/{job_id}"]
-    queue.complete(current)
+    queue.serving.complete(current)
     assert queue.job(job_id).state is State.DONE
 
 
@@ -551,7 +551,7 @@ def test_stale_owner_cannot_claim(queue: Queue, owner: Owner, hand: Hand) -> Non
     job_id = queue.enqueue("sample.echo")
     _fenced(queue, hand, owner)
     with pytest.raises(ClaimLost, match=rf"claimed/{owner.name} is gone"):
-        queue.claim(owner.name)
+        queue.serving.claim(owner.name)
     assert where(hand, job_id) == [f"ready/100.{job_id}"]
 
 
@@ -574,7 +574,7 @@ def test_cancel_a_claimed_job_marks_it_and_the_sweep_buries_it(queue: Queue, own
     assert (claim.path / "cancel").read_text() == "cancelled at 1234.5\n"
     assert where(hand, job_id) == [f"claimed/{owner.name}/{job_id}"]
     assert last_event(claim.path) == "cancel requested"
-    queue.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
+    queue.serving.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
     assert where(hand, job_id) == [f"dead/{job_id}"]
     error = hand.error(job_id)
     assert error["reason"] == "cancelled"
@@ -599,8 +599,8 @@ def test_cancel_an_unknown_job(queue: Queue) -> None:
 
 def test_retry_of_a_dead_job_resets_its_attempts(queue: Queue, owner: Owner, hand: Hand) -> None:
     job_id = queue.with_options(max_attempts=2, priority=3).enqueue("sample.echo")
-    queue.fail(claim_one(queue, owner), {"message": "1"})
-    queue.fail(claim_one(queue, owner), {"message": "2"})
+    queue.serving.fail(claim_one(queue, owner), {"message": "1"})
+    queue.serving.fail(claim_one(queue, owner), {"message": "2"})
     assert queue.job(job_id).state is State.DEAD
     queue.retry(job_id)
     assert where(hand, job_id) == [f"ready/097.{job_id}"]
@@ -615,7 +615,7 @@ def test_retry_of_a_cancelled_claimed_job_drops_the_cancel_mark(queue: Queue, ow
     job_id = queue.enqueue("sample.echo")
     claim_one(queue, owner)
     queue.cancel(job_id)
-    queue.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
+    queue.serving.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
     queue.retry(job_id)
     job = queue.job(job_id)
     assert job.state is State.READY
@@ -749,7 +749,7 @@ def test_counts_every_state(queue: Queue, owner: Owner) -> None:
     for _ in range(4):
         bring_to(queue, owner, State.READY)
     other = Owner.new()
-    queue.register_owner(other)
+    queue.serving.register_owner(other)
     queue.with_options(priority=50).enqueue("sample.echo")
     claim_one(queue, other)
     counts = queue.counts()
@@ -762,8 +762,8 @@ def test_counts_every_state(queue: Queue, owner: Owner) -> None:
 
 def test_events_tell_the_story(queue: Queue, owner: Owner) -> None:
     job_id = queue.enqueue("sample.echo")
-    queue.fail(claim_one(queue, owner, now=1_700_000_000.0), {"message": "x"}, now=1_700_000_001.0)
-    queue.complete(claim_one(queue, owner, now=1_700_000_002.0), now=1_700_000_003.5)
+    queue.serving.fail(claim_one(queue, owner, now=1_700_000_000.0), {"message": "x"}, now=1_700_000_001.0)
+    queue.serving.complete(claim_one(queue, owner, now=1_700_000_002.0), now=1_700_000_003.5)
     lines = (queue.job(job_id).path / "events").read_text().splitlines()
     assert [line.split(" ", 1)[1] for line in lines] == [
         "enqueued",

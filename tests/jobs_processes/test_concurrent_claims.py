@@ -62,13 +62,13 @@ def claimer(
         barrier.wait()
         queue = Queue(queue_path, create=False, durable=False)
         owner = Owner.new()
-        queue.register_owner(owner)
+        queue.serving.register_owner(owner)
         taken: list[str] = []
 
         def drain() -> None:
-            while (claim := queue.claim(owner.name)) is not None:
+            while (claim := queue.serving.claim(owner.name)) is not None:
                 taken.append(claim.job_id)
-                queue.complete(claim)
+                queue.serving.complete(claim)
 
         if producers_done is None:
             drain()
@@ -80,7 +80,7 @@ def claimer(
                 if finished:
                     break
                 wait_until(lambda: producers_done() or bool(entries(ready)), WORK_TIMEOUT, "more jobs are ready")
-        queue.retire_owner(owner.name)
+        queue.serving.retire_owner(owner.name)
         write_ids(out, taken)
 
     return body
@@ -182,9 +182,9 @@ def test_reading_a_job_while_managers_move_it_never_fails(tmp_path: Path, childr
     def claim_and_finish() -> None:
         mover = Queue(queue.path, create=False, durable=False)
         owner = Owner.new()
-        mover.register_owner(owner)
-        while (claim := mover.claim(owner.name)) is not None:
-            mover.complete(claim)
+        mover.serving.register_owner(owner)
+        while (claim := mover.serving.claim(owner.name)) is not None:
+            mover.serving.complete(claim)
 
     pid = children.fork(claim_and_finish)
     seen: set[State] = set()
@@ -212,11 +212,11 @@ def test_reading_while_owner_folders_are_fenced_never_fails(tmp_path: Path, chil
         mover = Queue(queue.path, create=False, durable=False)
         for _ in range(150):
             owner = Owner.new()
-            mover.register_owner(owner)
+            mover.serving.register_owner(owner)
             for _ in range(5):
-                mover.claim(owner.name)
+                mover.serving.claim(owner.name)
             mine = owner.name
-            mover.sweep(time.time(), lambda candidate, mine=mine: candidate.name != mine)  # fence, revert
+            mover.serving.sweep(time.time(), lambda candidate, mine=mine: candidate.name != mine)  # fence, revert
         rounds_done.touch()
 
     pid = children.fork(claim_and_get_reaped)

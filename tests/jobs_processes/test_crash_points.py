@@ -149,16 +149,16 @@ def finished_target(outcome: State) -> Callable[[Queue, list[str]], str]:
     def setup(queue: Queue, published: list[str]) -> str:
         target = ready_target()(queue, published)
         owner = Owner.new()
-        queue.register_owner(owner)
-        claim = queue.claim(owner.name)
+        queue.serving.register_owner(owner)
+        claim = queue.serving.claim(owner.name)
         assert claim is not None
         assert claim.job_id == target
         if outcome is State.DONE:
             write_result(claim)
-            queue.complete(claim)
+            queue.serving.complete(claim)
         else:
-            queue.fail(claim, {"message": "set up as dead"}, permanent=True)
-        queue.retire_owner(owner.name)
+            queue.serving.fail(claim, {"message": "set up as dead"}, permanent=True)
+        queue.serving.retire_owner(owner.name)
         return target
 
     return setup
@@ -185,7 +185,7 @@ class Child:
     arm: Callable[[], None]
 
     def claim_target(self, owner: str | None = None) -> Claim:
-        claim = self.queue.claim(owner or self.owner.name)
+        claim = self.queue.serving.claim(owner or self.owner.name)
         assert claim is not None, f"claimed nothing instead of {self.target}"
         assert claim.job_id == self.target, f"claimed {claim.job_id} instead of {self.target}"
         return claim
@@ -226,10 +226,10 @@ def do_finish_and_settle(ok: bool) -> Callable[[Child], None]:
         child.arm()
         if ok:
             write_result(claim)
-            child.queue.complete(claim)
+            child.queue.serving.complete(claim)
         else:
-            child.queue.fail(claim, {"message": "broken"}, permanent=True)
-        child.queue.settle_dependents(claim.job_id)
+            child.queue.serving.fail(claim, {"message": "broken"}, permanent=True)
+        child.queue.serving.settle_dependents(claim.job_id)
 
     return act
 
@@ -248,14 +248,14 @@ def do_complete(child: Child) -> None:
     claim = child.claim_target()
     write_result(claim)
     child.arm()
-    child.queue.complete(claim)
+    child.queue.serving.complete(claim)
 
 
 def do_fail(delay: float = 0.0, permanent: bool = False) -> Callable[[Child], None]:
     def act(child: Child) -> None:
         claim = child.claim_target()
         child.arm()
-        child.queue.fail(claim, {"message": "the run failed"}, delay=delay, permanent=permanent)
+        child.queue.serving.fail(claim, {"message": "the run failed"}, delay=delay, permanent=permanent)
 
     return act
 
@@ -263,21 +263,21 @@ def do_fail(delay: float = 0.0, permanent: bool = False) -> Callable[[Child], No
 def do_release(child: Child) -> None:
     claim = child.claim_target()
     child.arm()
-    child.queue.release(claim)
+    child.queue.serving.release(claim)
 
 
 def do_reap(child: Child) -> None:
     """This child's sweeper reaps a second owner of its own, which it declares dead."""
     victim = Owner.new(lease=CHILD_LEASE)
-    child.queue.register_owner(victim)
+    child.queue.serving.register_owner(victim)
     child.claim_target(victim.name)
     child.arm()
-    child.queue.sweep(time.time(), lambda owner: owner.name != victim.name)
+    child.queue.serving.sweep(time.time(), lambda owner: owner.name != victim.name)
 
 
 def do_promote(child: Child) -> None:
     child.arm()
-    child.queue.sweep(time.time() + 60, unknown_liveness)
+    child.queue.serving.sweep(time.time() + 60, unknown_liveness)
 
 
 def do_cancel(child: Child) -> None:
@@ -299,7 +299,7 @@ def do_purge(child: Child) -> None:
 
 def do_clear_tmp(child: Child) -> None:
     child.arm()
-    child.queue.sweep(time.time() + 60, unknown_liveness, tmp_age=0)
+    child.queue.serving.sweep(time.time() + 60, unknown_liveness, tmp_age=0)
 
 
 @dataclass(frozen=True)
@@ -423,13 +423,13 @@ def drain(queue: Queue) -> None:
     as a healthy manager would; fail if the queue does not empty."""
     now = time.time()
     for _ in range(5):
-        queue.sweep(now + FAR, unknown_liveness)  # no owner is registered now: this only promotes
+        queue.serving.sweep(now + FAR, unknown_liveness)  # no owner is registered now: this only promotes
         owner = Owner.new()
-        queue.register_owner(owner)
-        while (claim := queue.claim(owner.name, now)) is not None:
+        queue.serving.register_owner(owner)
+        while (claim := queue.serving.claim(owner.name, now)) is not None:
             write_result(claim)
-            queue.complete(claim, now)
-        queue.retire_owner(owner.name)
+            queue.serving.complete(claim, now)
+        queue.serving.retire_owner(owner.name)
         counts = queue.counts()
         if counts["ready"] == counts["scheduled"] == counts["waiting"] == counts["claimed"] == 0:
             return
@@ -485,7 +485,7 @@ def at_the_crash(queue_path: Path, published: list[str], floors: dict[str, int])
 def recover(queue: Queue, dead_pid: int, published: list[str]) -> dict[str, tuple[State, Path]]:
     """The sweep a surviving manager runs: past the lease, knowing the child is dead.
     Return where every published job now is (none may still be claimed)."""
-    queue.sweep(time.time() + CHILD_LEASE + 1, dead_owners({dead_pid}))
+    queue.serving.sweep(time.time() + CHILD_LEASE + 1, dead_owners({dead_pid}))
     live = expected_ids(queue.path, published)
     places = check_invariants(queue.path, live)
     claimed = {job_id: str(path) for job_id, (state, path) in places.items() if state is State.CLAIMED}
@@ -499,7 +499,7 @@ def clear_tmp(queue: Queue, published: list[str]) -> None:
     left = [name for name in entries(queue.path / "tmp") if not name.startswith(".purge.")]
     quarantined = set(entries(queue.path / "quarantine"))
     ready = entries(queue.path / "ready")
-    queue.sweep(time.time() + CHILD_LEASE + 1, unknown_liveness, tmp_age=0)
+    queue.serving.sweep(time.time() + CHILD_LEASE + 1, unknown_liveness, tmp_age=0)
     assert entries(queue.path / "tmp") == [], "tmp/ still holds entries after a sweep with tmp_age=0"
     new = sorted(set(entries(queue.path / "quarantine")) - quarantined)
     notes = [name for name in new if name.endswith(".why")]
@@ -524,7 +524,7 @@ def test_sigkill_during_a_transition_loses_no_job(
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
         owner = Owner.new(lease=CHILD_LEASE)
-        child_queue.register_owner(owner)
+        child_queue.serving.register_owner(owner)
         instrument_renames(child_queue.path)
         killer = KillAt(name, nth)
         files.checkpoint_hook = killer
@@ -594,25 +594,25 @@ def test_a_lost_completion_never_leaves_its_result_for_a_later_run(tmp_path: Pat
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
         owner = Owner.new(lease=CHILD_LEASE)
-        child_queue.register_owner(owner)
-        claim = child_queue.claim(owner.name)
+        child_queue.serving.register_owner(owner)
+        claim = child_queue.serving.claim(owner.name)
         assert claim is not None
         assert claim.job_id == target
         write_result(claim)
         killer = KillAt("complete:result-linked")
         killer.armed = True
         files.checkpoint_hook = killer
-        child_queue.complete(claim)
+        child_queue.serving.complete(claim)
 
     pid = children.fork(body)
     children.wait_killed(pid, "complete:result-linked")
     recover(queue, pid, published)
     owner = Owner.new()
-    queue.register_owner(owner)
-    claim = queue.claim(owner.name)
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None
     assert (claim.job_id, claim.run) == (target, 2)
-    queue.complete(claim)  # run 2 succeeded and wrote no result.json
+    queue.serving.complete(claim)  # run 2 succeeded and wrote no result.json
     done = queue.job(target)
     assert done.state is State.DONE
     assert not (done.path / "result.json").exists(), (
@@ -626,8 +626,8 @@ def test_two_sweepers_racing_on_one_dead_owner_both_finish(tmp_path: Path, child
     published: list[str] = []
     target = ready_target()(queue, published)
     victim = Owner.new(lease=CHILD_LEASE)
-    queue.register_owner(victim)
-    claim = queue.claim(victim.name)
+    queue.serving.register_owner(victim)
+    claim = queue.serving.claim(victim.name)
     assert claim is not None
     assert claim.job_id == target
     result_file = tmp_path / "child-sweep.json"
@@ -635,12 +635,12 @@ def test_two_sweepers_racing_on_one_dead_owner_both_finish(tmp_path: Path, child
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
         files.checkpoint_hook = lambda name: os.kill(os.getpid(), signal.SIGSTOP) if name == "reap:fenced" else None
-        swept = child_queue.sweep(time.time(), lambda owner: owner.name != victim.name)
+        swept = child_queue.serving.sweep(time.time(), lambda owner: owner.name != victim.name)
         result_file.write_text(json.dumps(swept))
 
     pid = children.fork(body)
     children.wait_stopped(pid)  # the child's sweep has fenced the victim and is paused
-    assert queue.sweep(time.time(), lambda owner: owner.name != victim.name)["reverted"] == 1
+    assert queue.serving.sweep(time.time(), lambda owner: owner.name != victim.name)["reverted"] == 1
     os.kill(pid, signal.SIGCONT)
     status = children.wait(pid)
     check_invariants(queue_path, published)
@@ -682,13 +682,13 @@ def test_a_complete_that_loses_its_claim_half_way_raises_claim_lost(tmp_path: Pa
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
         owner = Owner.new(lease=CHILD_LEASE)
-        child_queue.register_owner(owner)
-        claim = child_queue.claim(owner.name)
+        child_queue.serving.register_owner(owner)
+        claim = child_queue.serving.claim(owner.name)
         assert claim is not None
         write_result(claim)
         stop_before(os.replace, "_link_result")
         try:
-            child_queue.complete(claim)
+            child_queue.serving.complete(claim)
         except Exception as exc:
             raised.write_text(type(exc).__name__)
         else:
@@ -696,7 +696,7 @@ def test_a_complete_that_loses_its_claim_half_way_raises_claim_lost(tmp_path: Pa
 
     pid = children.fork(body)
     children.wait_stopped(pid)  # result.json's staging link is made; the rename over result.json is not
-    assert queue.sweep(time.time() + CHILD_LEASE + 1, dead_owners({pid}))["reverted"] == 1
+    assert queue.serving.sweep(time.time() + CHILD_LEASE + 1, dead_owners({pid}))["reverted"] == 1
     os.kill(pid, signal.SIGCONT)
     children.wait_ok(pid)
     places = check_invariants(queue_path, published)
@@ -710,17 +710,17 @@ def test_a_sweep_survives_an_owner_retiring_under_it(tmp_path: Path, children: C
     published: list[str] = []
     ready_target()(queue, published)
     leaving = Owner.new()
-    queue.register_owner(leaving)
+    queue.serving.register_owner(leaving)
     result_file = tmp_path / "child-sweep.json"
 
     def body() -> None:
         child_queue = Queue(queue_path, create=False)
         stop_on_entering("_why_gone")
-        result_file.write_text(json.dumps(child_queue.sweep(time.time(), unknown_liveness)))
+        result_file.write_text(json.dumps(child_queue.serving.sweep(time.time(), unknown_liveness)))
 
     pid = children.fork(body)
     children.wait_stopped(pid)  # the sweep listed the owner folders and is about to read leaving's owner file
-    queue.retire_owner(leaving.name)
+    queue.serving.retire_owner(leaving.name)
     os.kill(pid, signal.SIGCONT)
     status = children.wait(pid)
     check_invariants(queue_path, published)
@@ -750,8 +750,8 @@ def workload(
         queue = Queue(queue_path, create=False, durable=durable)
         owner = Owner.new(lease=CHILD_LEASE)
         spare = Owner.new(lease=CHILD_LEASE)  # an owner this child abandons to its own sweeper
-        queue.register_owner(owner)
-        queue.register_owner(spare)
+        queue.serving.register_owner(owner)
+        queue.serving.register_owner(spare)
         ids = list(known)
         held: list[Claim] = []
         spare_held: list[Claim] = []
@@ -783,15 +783,15 @@ def workload(
                 log("published " + " ".join(batch))
             elif op in ("claim", "claim_spare"):
                 holder, into = (owner, held) if op == "claim" else (spare, spare_held)
-                if (claim := queue.claim(holder.name, clock)) is not None:
+                if (claim := queue.serving.claim(holder.name, clock)) is not None:
                     into.append(claim)
             elif op == "reap_spare":
-                queue.sweep(clock, lambda found, dead=spare.name: found.name != dead)  # says spare is dead
+                queue.serving.sweep(clock, lambda found, dead=spare.name: found.name != dead)  # says spare is dead
                 spare_held.clear()
                 spare = Owner.new(lease=CHILD_LEASE)
-                queue.register_owner(spare)
+                queue.serving.register_owner(spare)
             elif op == "sweep":
-                queue.sweep(clock, unknown_liveness)  # promotes due retries; nobody's lease is over
+                queue.serving.sweep(clock, unknown_liveness)  # promotes due retries; nobody's lease is over
             elif op in ("cancel", "retry") and ids:
                 job_id = rng.choice(ids)
                 log(f"{op} {job_id}")
@@ -803,13 +803,13 @@ def workload(
                 claim = held.pop(rng.randrange(len(held)))
                 if op == "complete":
                     write_result(claim)
-                    queue.complete(claim, clock)
+                    queue.serving.complete(claim, clock)
                 elif op == "fail":
-                    queue.fail(
+                    queue.serving.fail(
                         claim, {"message": "boom"}, clock, delay=rng.choice([0.0, 3.0]), permanent=rng.random() < 0.2
                     )
                 else:
-                    queue.release(claim, clock)
+                    queue.serving.release(claim, clock)
         log("finished without reaching the checkpoint")
 
     return body

@@ -72,14 +72,14 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _register(self, slot: str) -> None:
         owner = Owner.new(lease=LEASE)
-        self.queue.register_owner(owner)
+        self.queue.serving.register_owner(owner)
         self.owners[slot] = owner
         self._beat(slot)
 
     def _beat(self, slot: str) -> None:
         """Renew the slot's lease at the fake clock."""
         name = self.owners[slot].name
-        self.queue.heartbeat(name)
+        self.queue.serving.heartbeat(name)
         stamp = self.now
         os.utime(self.queue.path / State.CLAIMED.value / name / OWNER_FILE, (stamp, stamp))
         self.heartbeats[slot] = stamp
@@ -117,7 +117,7 @@ class QueueMachine(RuleBasedStateMachine):
             if job.state is State.SCHEDULED and job.due is not None and job.due <= self.now:
                 job.state, job.due = State.READY, None
                 promoted += 1
-        swept = self.queue.sweep(self.now, unknown_liveness)
+        swept = self.queue.serving.sweep(self.now, unknown_liveness)
         assert swept == {"reverted": reverted, "expired": expired, "promoted": promoted, "abandoned": 0, "settled": 0}
 
     def _draw_claim(self, data: st.DataObject) -> tuple[Claim, ModelJob, bool]:
@@ -153,20 +153,20 @@ class QueueMachine(RuleBasedStateMachine):
         # A fresh scan first: otherwise which job is claimed depends on how long ago the index
         # last scanned (wall-clock time), and hypothesis needs the same draws to give the same
         # run. The index's partial knowledge is tested in tests/jobs/test_perf_index.py.
-        self.queue.note_ready_missed()
+        self.queue.serving.note_ready_missed()
         if owner.name in self.reaped:  # its folder is gone: it cannot claim
             if ready:
                 with pytest.raises(ClaimLost):
-                    self.queue.claim(owner.name, self.now)
+                    self.queue.serving.claim(owner.name, self.now)
             else:
                 try:
-                    assert self.queue.claim(owner.name, self.now) is None
+                    assert self.queue.serving.claim(owner.name, self.now) is None
                 except ClaimLost:
                     pass  # the index still named a job that has left ready/
             self.the_folder_matches_the_model()  # the failed claim moved nothing
             self._register(slot)  # as its manager would on ClaimLost
             return
-        got = self.queue.claim(owner.name, self.now)
+        got = self.queue.serving.claim(owner.name, self.now)
         if not ready:
             assert got is None, f"claimed {got} though no job is ready"
             return
@@ -186,11 +186,11 @@ class QueueMachine(RuleBasedStateMachine):
         claim, job, holds = self._draw_claim(data)
         if not holds:
             with pytest.raises(ClaimLost):
-                self.queue.complete(claim, self.now)
+                self.queue.serving.complete(claim, self.now)
             return
         if with_result:
             (claim.run_path / "result.json").write_text(json.dumps({"run": claim.run}))
-        self.queue.complete(claim, self.now)
+        self.queue.serving.complete(claim, self.now)
         job.state, job.owner, job.claim = State.DONE, None, None
         job.result = {"run": claim.run} if with_result else None
 
@@ -200,9 +200,9 @@ class QueueMachine(RuleBasedStateMachine):
         claim, job, holds = self._draw_claim(data)
         if not holds:
             with pytest.raises(ClaimLost):
-                self.queue.fail(claim, {"message": "boom"}, self.now, delay=delay, permanent=permanent)
+                self.queue.serving.fail(claim, {"message": "boom"}, self.now, delay=delay, permanent=permanent)
             return
-        state = self.queue.fail(claim, {"message": "boom"}, self.now, delay=delay, permanent=permanent)
+        state = self.queue.serving.fail(claim, {"message": "boom"}, self.now, delay=delay, permanent=permanent)
         if job.cancel:
             self._bury(job, "cancelled")  # a cancelled job never runs again
         elif permanent or job.attempts >= job.max_attempts:
@@ -219,9 +219,9 @@ class QueueMachine(RuleBasedStateMachine):
         claim, job, holds = self._draw_claim(data)
         if not holds:
             with pytest.raises(ClaimLost):
-                self.queue.release(claim, self.now)
+                self.queue.serving.release(claim, self.now)
             return
-        self.queue.release(claim, self.now)
+        self.queue.serving.release(claim, self.now)
         if job.cancel:
             self._bury(job, "cancelled")  # a cancelled job never runs again
             return
@@ -264,7 +264,7 @@ class QueueMachine(RuleBasedStateMachine):
     def heartbeat(self, slot: str) -> None:
         if self.owners[slot].name in self.reaped:
             with pytest.raises(ClaimLost):
-                self.queue.heartbeat(self.owners[slot].name)
+                self.queue.serving.heartbeat(self.owners[slot].name)
             return
         self._beat(slot)
 

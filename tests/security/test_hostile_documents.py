@@ -20,14 +20,14 @@ status`, `list` and `show`, with and without `--json`, in a fresh process.
 The tests, one per reader of others' writing (each property draws documents and what stands
 in their place; each table puts every thing that is not a file at every name, every time):
 
-1. a member's submission, `incoming/UID/ID.json`, taken in (`Queue.take_in`), beside a good
+1. a member's submission, `incoming/UID/ID.json`, taken in (`queue.serving.take_in`), beside a good
    one; and anything but a file as a submission (a table);
 2. a member's request, `ID.cancel` or `ID.retry`, holding junk or being no file, naming
    a live, done or dead job, or none;
 3. a job's own files in its run folder, read while it runs, by its manager's harvest or a
    sweep, and after; and anything but a file at each of their names (a table);
 4. `forkvisor status`, `list` and `show` of such a queue, as text and as `--json`;
-5. a `job.json` (and `attempts`) put in `ready/` by hand, claimed (`Queue.claim`), then
+5. a `job.json` (and `attempts`) put in `ready/` by hand, claimed (`queue.serving.claim`), then
    failed through the manager's harvest (which computes its backoff); and a job in `ready/`
    whose id has the right form but names no moment, February 30th say (a table).
 
@@ -175,18 +175,18 @@ def example(base: Path) -> Iterator[Example]:
 
 def _parents(queue: Queue) -> dict[str, str]:
     owner = Owner.new(lease=60.0)
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     ids = {"DONE": queue.enqueue("sample.echo", "done")}
-    queue.complete(_claimed(queue, owner, ids["DONE"]))
+    queue.serving.complete(_claimed(queue, owner, ids["DONE"]))
     ids["DEAD"] = queue.enqueue("sample.echo", "dead")
-    queue.fail(_claimed(queue, owner, ids["DEAD"]), {"message": "failed for the test"}, permanent=True)
+    queue.serving.fail(_claimed(queue, owner, ids["DEAD"]), {"message": "failed for the test"}, permanent=True)
     ids["LIVE"] = queue.with_options(delay=3600).enqueue("sample.echo", "live")
-    queue.retire_owner(owner.name)
+    queue.serving.retire_owner(owner.name)
     return ids
 
 
 def _claimed(queue: Queue, owner: Owner, job_id: str) -> Claim:
-    claim = queue.claim(owner.name)
+    claim = queue.serving.claim(owner.name)
     assert claim is not None, f"job {job_id} was not claimed"
     assert claim.job_id == job_id, (claim.job_id, job_id)
     return claim
@@ -270,8 +270,8 @@ def read_everything(queue: Queue, job_ids: Sequence[str]) -> None:
         assert len(listed) == counts[state.value], f"{state.value}: counted {counts}, listed {listed}"
     for job_id in job_ids:
         job = timed(f"Queue.job({job_id})", partial(queue.job, job_id))
-        check_pid(timed(f"Queue.run_pid of {job_id}", partial(queue.run_pid, job)))
-        check_progress(timed(f"Queue.run_progress of {job_id}", partial(queue.run_progress, job)))
+        check_pid(timed(f"queue.serving.run_pid of {job_id}", partial(queue.serving.run_pid, job)))
+        check_progress(timed(f"queue.serving.run_progress of {job_id}", partial(queue.serving.run_progress, job)))
     taken = timed("snapshot.take (forkvisor status)", partial(snapshot.take, queue))
     no_secret(json.dumps(as_printed(taken.to_json(), "status --json")), "status --json")
     read_the_page(queue, job_ids)
@@ -368,7 +368,7 @@ def _submission_name(kind: str, impossible: str, odd: str) -> tuple[str, str | N
 def test_a_members_submission_is_taken_in_or_quarantined_and_never_lost(
     base: Path, submission: Planting, id_kind: str, impossible: str, odd: str
 ) -> None:
-    """`Queue.take_in()` of one hostile submission beside a good one: both leave incoming/;
+    """`queue.serving.take_in()` of one hostile submission beside a good one: both leave incoming/;
     the good one is ready; the hostile one is a job in one state folder (dead saying why,
     if it is malformed) or in quarantine/ with its note, never both, never neither."""
     with example(base) as ex:
@@ -394,10 +394,10 @@ def take_in_beside_a_good_one(ex: Example, name: str, job_id: str | None, submis
     plant(mine(queue) / f"{good}.json", Planting("file", GOOD_JOB), ex.outside, OVERSIZE)
     plant(mine(queue) / name, submission.bound(SELF=job_id or "", **ex.ids), ex.outside, MAX_SPEC_BYTES + 1)
 
-    handled = timed("Queue.take_in()", queue.take_in)
+    handled = timed("queue.serving.take_in()", queue.serving.take_in)
 
-    assert handled == 2, f"took in {handled} of 2 submissions; set aside: {queue.intake_skipped}"
-    assert queue.intake_skipped == ({}, 0), "a submission was set aside: it stays in incoming/ for ever"
+    assert handled == 2, f"took in {handled} of 2 submissions; set aside: {queue.serving.intake_skipped}"
+    assert queue.serving.intake_skipped == ({}, 0), "a submission was set aside: it stays in incoming/ for ever"
     assert os.listdir(mine(queue)) == [], "something was left in the member's folder"
     assert queue.job(good).state is State.READY, "the good submission after (or before) it"
     state, notes = located(queue, job_id), quarantined(queue)
@@ -435,9 +435,9 @@ def test_a_members_request_is_done_or_quarantined_whatever_it_holds(
         before = {name: queue.job(parent).state for name, parent in ex.ids.items()}
         plant(mine(queue) / f"{job_id}.{action}", request, ex.outside, OVERSIZE)
 
-        timed("Queue.take_in()", queue.take_in)
+        timed("queue.serving.take_in()", queue.serving.take_in)
 
-        assert queue.intake_skipped == ({}, 0), "a request was set aside: it stays in incoming/ for ever"
+        assert queue.serving.intake_skipped == ({}, 0), "a request was set aside: it stays in incoming/ for ever"
         assert os.listdir(mine(queue)) == [], "something was left in the member's folder"
         after = {name: queue.job(parent).state for name, parent in ex.ids.items()}
         changed = {name for name in before if before[name] is not after[name]}
@@ -492,7 +492,7 @@ def planted_run(ex: Example, run_files: dict[str, Planting]) -> Run:
     """Enqueue a job, claim it as a manager of this host would, and plant its run's files."""
     queue = ex.queue
     owner = Owner.new(lease=60.0)  # this process: a live manager of this host
-    queue.register_owner(owner)
+    queue.serving.register_owner(owner)
     job_id = queue.enqueue("sample.echo", "hostile run")
     claim = _claimed(queue, owner, job_id)
     for name, planting in run_files.items():
@@ -507,7 +507,9 @@ def end_run(queue: Queue, run: Run, ending: str) -> None:
     if ending == "running":
         return
     if ending == "reaped":
-        timed("Queue.sweep", partial(queue.sweep, queue.filesystem_now() + 3600, unknown_liveness))
+        timed(
+            "queue.serving.sweep", partial(queue.serving.sweep, queue.serving.filesystem_now() + 3600, unknown_liveness)
+        )
         return
     code, killed = {"exit 0": (0, None), "exit 1": (1, None), "cannot complete": (EXIT_CANNOT_COMPLETE, None)}.get(
         ending, (None, signal.SIGKILL)
@@ -666,7 +668,7 @@ def test_status_list_and_show_print_strict_json_and_safe_lines(
         end_run(queue, run, ending)
         taken = new_job_id(time.time() + 5)
         plant(mine(queue) / f"{taken}.json", submission.bound(SELF=taken, **ex.ids), ex.outside, OVERSIZE)
-        timed("Queue.take_in()", queue.take_in)
+        timed("queue.serving.take_in()", queue.serving.take_in)
         waiting = new_job_id(time.time() + 5)
         plant(mine(queue) / f"{waiting}.json", submission.bound(SELF=waiting, **ex.ids), ex.outside, OVERSIZE)
         shown = [run.job_id, waiting] + ([taken] if located(queue, taken) is not None else [])
@@ -698,9 +700,9 @@ def test_a_job_json_in_ready_is_claimed_or_buried_saying_why(base: Path, spec: P
         plant(job_dir / "job.json", spec.bound(SELF=job_id, **ex.ids), ex.outside, OVERSIZE)
         plant(job_dir / "attempts", counter, ex.outside, OVERSIZE)
         owner = Owner.new(lease=60.0)
-        queue.register_owner(owner)
+        queue.serving.register_owner(owner)
 
-        claim = timed("Queue.claim", partial(queue.claim, owner.name))
+        claim = timed("queue.serving.claim", partial(queue.serving.claim, owner.name))
 
         state = queue.job(job_id).state
         if claim is not None:
@@ -711,7 +713,7 @@ def test_a_job_json_in_ready_is_claimed_or_buried_saying_why(base: Path, spec: P
             state = queue.job(job_id).state
             assert state in (State.SCHEDULED, State.READY, State.DEAD), state
         elif state is State.READY:
-            assert queue.left_for_others, f"job {job_id} is back in ready/ but not given back"
+            assert queue.serving.left_for_others, f"job {job_id} is back in ready/ but not given back"
         else:
             assert state in (State.DEAD, State.WAITING), f"claim returned None, job {job_id} is in {state.value}/"
         if state is State.DEAD:
@@ -735,9 +737,9 @@ def test_an_id_that_names_no_moment_in_ready_stops_no_reader(base: Path, job_id:
         if is_job_id(job_id):
             read_everything(queue, [job_id])  # `status` reads how long the oldest ready job waits
         owner = Owner.new(lease=60.0)
-        queue.register_owner(owner)
+        queue.serving.register_owner(owner)
 
-        timed("Queue.claim", partial(queue.claim, owner.name))
+        timed("queue.serving.claim", partial(queue.serving.claim, owner.name))
 
         state = located(queue, job_id)
         if state is None:

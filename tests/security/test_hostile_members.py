@@ -137,7 +137,7 @@ def test_non_finite_records_of_a_members_job_never_break_the_readers(procs: Proc
                 assert shown.returncode == 0, shown.stderr
                 for line in shown.stdout.splitlines():
                     _strict_json(line)
-        assert "unreadable" in json.dumps(queue.run_progress(queue.job(job_id)))
+        assert "unreadable" in json.dumps(queue.serving.run_progress(queue.job(job_id)))
     finally:
         _stop(procs, manager)
     invariants.check_invariants(roots_queue, [job_id])

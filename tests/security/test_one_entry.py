@@ -234,7 +234,7 @@ def test_an_unreadable_owner_folder_does_not_stop_the_other_chores_of_a_sweep(
     os.utime(locked, (1, 1))
     script = (
         "import sys; from jobs import Queue, unknown_liveness; q = Queue(sys.argv[1], create=False); "
-        "print(q.sweep(q.filesystem_now() + 1, unknown_liveness))"  # a second on: the job is due
+        "print(q.serving.sweep(q.serving.filesystem_now() + 1, unknown_liveness))"  # a second on: the job is due
     )
     done = subprocess.run(
         [*nobody, sys.executable, "-c", script, str(path)], cwd=REPO, capture_output=True, text=True, timeout=60

@@ -73,7 +73,9 @@ def test_a_head_of_jobs_for_other_managers_costs_one_look_each(
 ) -> None:
     foreign = [queue.enqueue("sample.added_later", n) for n in range(300)]
     manager = procs.manager(queue)
-    wait_until(lambda: sum(manager.queue.left_for_others.values()) == 300, 20, "all were looked at", manager=manager)
+    wait_until(
+        lambda: sum(manager.queue.serving.left_for_others.values()) == 300, 20, "all were looked at", manager=manager
+    )
     looked = len(claims)
     for _ in range(50):
         manager.step(timeout=0.01)

@@ -143,8 +143,8 @@ def test_stale_owner_stops_its_child_and_never_completes(procs: Processes, queue
     old_owner = manager.owner.name
 
     # Another host's sweeper judges this owner dead and takes its claim back.
-    now = queue.filesystem_now() + 3.0 + 1
-    swept = queue.sweep(now, lambda owner: False if owner.name == old_owner else None)
+    now = queue.serving.filesystem_now() + 3.0 + 1
+    swept = queue.serving.sweep(now, lambda owner: False if owner.name == old_owner else None)
     assert swept["reverted"] == 1
     assert queue.job(job_id).state is State.READY
 
@@ -184,7 +184,9 @@ def test_stale_owner_cannot_complete_a_job_that_finished_after_the_sweep(
     wait_until(ready.exists, 5, "the job wrote its ready file")
     old_owner = manager.owner.name
 
-    queue.sweep(queue.filesystem_now() + 3.0 + 1, lambda owner: False if owner.name == old_owner else None)
+    queue.serving.sweep(
+        queue.serving.filesystem_now() + 3.0 + 1, lambda owner: False if owner.name == old_owner else None
+    )
     assert queue.job(job_id).state is State.DEAD  # its only attempt was lost
     # Let the stale child finish successfully before the manager notices anything.
     release.touch()
@@ -249,12 +251,14 @@ def test_cancelling_a_running_job_stops_it_and_buries_it(procs: Processes, queue
 def test_close_after_the_owner_was_reaped_finishes_cleanly(procs: Processes, queue: Queue) -> None:
     manager = procs.manager(queue)
     old_owner = manager.owner.name
-    queue.sweep(queue.filesystem_now() + 3.0 + 1, lambda owner: False if owner.name == old_owner else None)
+    queue.serving.sweep(
+        queue.serving.filesystem_now() + 3.0 + 1, lambda owner: False if owner.name == old_owner else None
+    )
     assert not (queue.path / "claimed" / old_owner).exists()
     try:
         manager.close()
     except FileNotFoundError:
-        queue.register_owner(manager.owner)  # so that the fixture's close() can finish the job
+        queue.serving.register_owner(manager.owner)  # so that the fixture's close() can finish the job
         raise
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert os.listdir(queue.path / "claimed") == []
