@@ -10,7 +10,7 @@ After each step it checks, from the folder alone (`invariants.py`), that
 every published job is in exactly one place (guarantees 1 and 2), that the
 attempts counter never went below its value before the crash (guarantee 3:
 attempts are counted before a run), and at the end that every job is done
-or dead with a cause.
+or dead with a cause, and that its `events` tell its story whole and in order.
 """
 
 from __future__ import annotations
@@ -458,6 +458,41 @@ def check_finished(places: dict[str, tuple[State, Path]]) -> None:
             )
 
 
+EVENT_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z \S.*")
+RETRY_EVENT = re.compile(r"(ready|waiting): retried by an operator, attempts reset")  # its move may be cut
+CLAIMED_EVENT = re.compile(r"claimed by \S+: attempt \d+/\d+ \(run (\d+)\)")
+
+
+def check_events(places: dict[str, tuple[State, Path]]) -> None:
+    """Each finished job's `events` tells its story whole and in order, whatever the crash
+    cut short: every line whole, `enqueued` first, each run claimed once and in order, and
+    its end last (a done job's names the run whose result it holds, claimed before it). After
+    a dead job's end only an operator's retry may come, whose move the crash cut (the line is
+    written before the move, which may not happen)."""
+    for job_id, (state, path) in sorted(places.items()):
+        lines = (path / "events").read_text().splitlines()
+        torn = [line for line in lines if not EVENT_LINE.fullmatch(line)]
+        assert lines, f"job {job_id} has no events"
+        assert not torn, f"job {job_id}: events lines that are not `TIME what`: {torn}"
+        story = [line.split(" ", 1)[1] for line in lines]
+        assert story[0] == "enqueued", f"job {job_id}: its events begin with {story[0]!r}"
+        runs = [int(found[1]) for text in story if (found := CLAIMED_EVENT.fullmatch(text))]
+        assert runs == sorted(set(runs)), f"job {job_id}: runs claimed out of order or twice: {runs}"
+        ends = [index for index, text in enumerate(story) if text.startswith(("done:", "dead:"))]
+        assert ends, f"job {job_id} is {state.value}; no event says where it ended: {story}"
+        assert story[ends[-1]].startswith(f"{state.value}:"), f"job {job_id} is {state.value}: {story}"
+        cut_short = story[ends[-1] + 1 :]  # a line is written just before its move: a crash may cut the move
+        assert not cut_short or (state is State.DEAD and all(map(RETRY_EVENT.fullmatch, cut_short))), (
+            f"job {job_id} is {state.value}; after its end come {cut_short}"
+        )
+        if state is State.DONE:
+            run = latest_attempt(path)
+            assert run is not None, f"job {job_id} is done and never ran"
+            number = int(run.name.removeprefix("attempt-"))
+            assert f"(run {number})" in story[-1], f"job {job_id}: its end {story[-1]!r} is not its last run's"
+            assert number in runs, f"job {job_id}: its done run {number} was never claimed"
+
+
 def check_floors(places: dict[str, tuple[State, Path]], floors: dict[str, int], when: str) -> None:
     below = {
         job_id: (read_attempts(places[job_id][1]), floor)
@@ -553,6 +588,7 @@ def test_sigkill_during_a_transition_loses_no_job(
     drain(queue)
     places = check_invariants(queue_path, expected_ids(queue_path, published))
     check_finished(places)
+    check_events(places)
     check_floors(places, floors, "after draining")
 
     if expect.end == "purged":
@@ -853,3 +889,28 @@ def test_sigkill_at_random_points_of_a_mixed_workload_loses_no_job(tmp_path: Pat
         places = check_invariants(queue_path, published)
         check_finished(places)
         check_floors(places, floors, context)
+
+
+@pytest.mark.parametrize(
+    ("story", "found"),
+    [
+        (["enqueued", "claimed by m: attempt 1/3 (run 1)", "done: attempt 1 (run 1) succeeded"], None),
+        (["claimed by m: attempt 1/3 (run 1)", "done: attempt 1 (run 1) succeeded"], "begin with"),
+        (["enqueued", "claimed by m: attempt 1/3 (run 1)", "ready: claim reverted, x"], "no event says"),
+        (
+            ["enqueued", "claimed by m: attempt 2/3 (run 2)", "claimed by m: attempt 1/3 (run 1)", "done: x (run 1)"],
+            "order",
+        ),
+        (["enqueued", "claimed by m: attempt 1/3 (run 1)", "done: x (run 1)", "cancel requested"], "after its end"),
+        (["enqueued", "done: attempt 1 (run 1) succeeded"], "never claimed"),
+    ],
+)
+def test_the_events_check_fails_a_story_that_is_not_whole(tmp_path: Path, story: list[str], found: str | None) -> None:
+    (tmp_path / "attempt-1").mkdir()
+    stamp = "2026-11-27T06:00:00.000000Z"
+    (tmp_path / "events").write_text("".join(f"{stamp} {text}\n" for text in story))
+    if found is None:
+        check_events({"job": (State.DONE, tmp_path)})
+    else:
+        with pytest.raises(AssertionError, match=found):
+            check_events({"job": (State.DONE, tmp_path)})
