@@ -20,7 +20,7 @@ from jobs import Claim, ClaimState
 from supervisor import containment, forking, limits
 from supervisor.containment import CgroupRun
 from supervisor.pacing import Backoff
-from supervisor.running import Running, Stop
+from supervisor.running import UNSTOPPED, Life, Running, Stop
 
 log = logging.getLogger(__name__)
 FORK_BACKOFF_MIN, FORK_BACKOFF_MAX = 0.1, 10.0
@@ -133,10 +133,9 @@ class Children:
         to its tree and to what it left elsewhere bearing its mark. Its timeout stands still."""
         job_id = running.claim.job_id
         if frozen:
-            running.frozen_since = now
-        elif running.frozen_since is not None:
-            running.frozen_for += now - running.frozen_since
-            running.frozen_since = None
+            running.freeze(now)
+        else:
+            running.thaw(now)
         log.warning("job %s pid %d: %s by an operator", job_id, running.pid, "frozen" if frozen else "thawed")
         if running.box is not None:
             running.box.freeze(frozen)
@@ -148,16 +147,15 @@ class Children:
     def stop(self, running: Running, why: Stop, now: float) -> None:
         """SIGTERM the job's tree now, SIGKILL it after the grace period (`enforce`); a frozen
         run is thawed first, so that it can act on the SIGTERM."""
-        if running.frozen_since is not None:
+        if running.frozen:
             self.freeze(running, False, now)
-        running.stopped = why
-        running.kill_at = now + self.kill_grace
+        running.stop(why, now + self.kill_grace)
         log.warning("job %s pid %d: %s, sending SIGTERM", running.claim.job_id, running.pid, why.value)
         self._signal(running, signal.SIGTERM)
 
     def kill_lost(self, running: Running) -> None:
         """SIGKILL a job whose claim was taken back: its end will be recorded nowhere."""
-        running.lost = True
+        running.lose()
         self._signal(running, signal.SIGKILL)
 
     def kill_all_and_reap(self, on_exit: Callable[[Running | None, forking.ExitStatus], None]) -> None:
@@ -172,7 +170,8 @@ class Children:
     def kill_all(self) -> None:
         """SIGKILL every job now (a second SIGTERM, or the manager closing): each goes back unfinished."""
         for running in self.running.values():
-            running.stopped = running.stopped or Stop.DRAIN
+            if running.life not in (Life.KILLED, Life.LOST):
+                running.kill(Stop.DRAIN)
             self._signal(running, signal.SIGKILL)
 
     def check_claims(
@@ -195,9 +194,9 @@ class Children:
                 continue
             if not running.lost and not state.held:
                 self.kill_lost(running)
-            elif running.stopped is None and state.cancelled:
+            elif running.life in UNSTOPPED and state.cancelled:
                 self.stop(running, Stop.CANCELLED, now)
-            elif running.stopped is None and state.frozen != (running.frozen_since is not None):
+            elif running.life in UNSTOPPED and state.frozen != running.frozen:
                 self.freeze(running, state.frozen, now)
 
     def drain(self, now: float, timeout: float) -> None:
@@ -213,9 +212,9 @@ class Children:
             if self.strays:
                 self._end_strays()
         for running in list(self.running.values()):
-            if running.stopped is not None:
+            if running.life is Life.STOPPING:
                 self._escalate(running, now)
-            elif (hit := limits.limit_hit(running, now, check_memory)) is not None:
+            elif running.life is Life.RUNNING and (hit := limits.limit_hit(running, now, check_memory)) is not None:
                 self.stop(running, hit, now)
             if check_memory and running.claim.policy.output_limit:
                 limits.bound_output(running)
@@ -224,16 +223,16 @@ class Children:
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None  # done once: kill_at takes it from here
             for running in self.running.values():
-                if running.stopped is None:
+                if running.life in UNSTOPPED:
                     self.stop(running, Stop.DRAIN, now)
 
     def next_deadline(self, now: float) -> float:
         """When `enforce` has something to do next (a loop, not lists: it runs at every turn)."""
         soonest = float("inf") if self._drain_deadline is None else self._drain_deadline
         for running in self.running.values():
-            if running.kill_at is not None:
+            if running.life is Life.STOPPING and running.kill_at is not None:
                 soonest = min(soonest, running.kill_at)
-            elif running.stopped is None:  # a stopped job waits on kill_at
+            elif running.life is Life.RUNNING:  # a stopping one waits on kill_at, a frozen one on nothing
                 policy = running.claim.policy
                 if policy.timeout:
                     soonest = min(soonest, limits.deadline_of(running))
@@ -247,8 +246,8 @@ class Children:
         if running.kill_at is not None and now >= running.kill_at:
             job_id = running.claim.job_id
             log.warning("job %s pid %d: still running after SIGTERM, sending SIGKILL", job_id, running.pid)
+            running.kill()
             self._signal(running, signal.SIGKILL)
-            running.kill_at = None
 
     def end_leftovers(self, timeout: float) -> None:
         """At the manager's end, once no run is left: kill what ended runs left among our

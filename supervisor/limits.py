@@ -19,14 +19,14 @@ log = logging.getLogger(__name__)
 def deadline_of(running: Running) -> float:
     """When the job's timeout runs out (monotonic; infinity without a timeout, or while it
     is frozen: its timeout counts the time it ran, not the time an operator held it)."""
-    if running.frozen_since is not None:
+    if running.frozen:
         return float("inf")
     return running.started + running.frozen_for + (running.claim.policy.timeout or float("inf"))
 
 
 def limit_hit(running: Running, now: float, check_memory: bool) -> Stop | None:
     """The limit the job just went past, if any (none while it is frozen)."""
-    if running.frozen_since is not None:
+    if running.frozen:
         return None
     policy = running.claim.policy
     if policy.timeout and now >= deadline_of(running):
