@@ -155,7 +155,8 @@ class Children:
 
     def kill_lost(self, running: Running) -> None:
         """SIGKILL a job whose claim was taken back: its end will be recorded nowhere."""
-        running.lose()
+        if not running.lost:  # (a second time: its owner reaped after its claim was seen gone)
+            running.lose()
         self._signal(running, signal.SIGKILL)
 
     def kill_all_and_reap(self, on_exit: Callable[[Running | None, forking.ExitStatus], None]) -> None:
