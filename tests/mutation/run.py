@@ -95,6 +95,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/supervisor/test_manager.py",
     ),
     "jobs/retry.py": (
+        "tests/jobs/test_backoff.py",
         "tests/jobs/test_policy.py",
         "tests/jobs/test_finish.py",
         "tests/jobs/test_registry.py",
