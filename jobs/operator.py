@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 from jobs import counter, depends, fate, files, keys, moves, view
 from jobs.errors import InvalidJob, WrongState
@@ -106,10 +107,17 @@ def request_drain(folder: QueueFolder, now: float) -> None:
     files.replace_file(DRAIN_FILE, data, durable=False, mode=folder.file_mode, dir_fd=folder.root.fd)
 
 
-def drain_request(folder: QueueFolder) -> tuple[int, int] | None:
+class DrainRequest(NamedTuple):
+    """One drain request: its file, told from a later one by inode and change time."""
+
+    inode: int
+    mtime_ns: int
+
+
+def drain_request(folder: QueueFolder) -> DrainRequest | None:
     """Which drain request stands now (its file's inode and mtime), None if none does."""
     try:
         found = folder.root.lstat(DRAIN_FILE)
     except FileNotFoundError:
         return None
-    return found.st_ino, found.st_mtime_ns
+    return DrainRequest(found.st_ino, found.st_mtime_ns)

@@ -20,7 +20,7 @@ document in its place.
 from __future__ import annotations
 
 import os
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from jobs import document, files
 from jobs.errors import InvalidJob
@@ -171,7 +171,14 @@ _LARGEST = 1e300
 PID_MAX = 1 << 22  # the kernel's largest pid_max
 
 
-def read_pid(run: int) -> tuple[int, float] | None:
+class ChildPid(NamedTuple):
+    """A run's child, as its `pid` file says."""
+
+    pid: int
+    written: float  # when it wrote the file (epoch seconds): about when the run started
+
+
+def read_pid(run: int) -> ChildPid | None:
     """The child's pid and when it wrote it; None if not written yet, or not a pid file (a
     job run as its submitter owns its run's folder, so anything may stand there)."""
     try:
@@ -179,4 +186,4 @@ def read_pid(run: int) -> tuple[int, float] | None:
         pid = int(data)
     except (OSError, ValueError):
         return None
-    return (pid, status.st_mtime) if 1 < pid <= PID_MAX else None
+    return ChildPid(pid, status.st_mtime) if 1 < pid <= PID_MAX else None

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobs import depends, incoming, job_files, operator, owners, run_folder, stats, submissions, sweep, view
 from jobs.claim import Claim, Claimer, ClaimState, Finished
@@ -32,6 +32,20 @@ from jobs.policy import Functions, Policy
 from jobs.schedules import Schedule
 from jobs.submit import Publisher
 from jobs.view import OwnerFolder
+
+
+class Identity(NamedTuple):
+    """A queue's folder as opened: two paths to one queue (a link, `..`) have the same."""
+
+    device: int
+    inode: int
+
+
+class SetAside(NamedTuple):
+    """What take-ins set aside: the first ones, with why, and how many in all."""
+
+    first: dict[str, str]
+    total: int
 
 
 class Serving:
@@ -64,10 +78,10 @@ class Serving:
     # -- keeping the queue's folder -----------------------------------------------------
 
     @property
-    def identity(self) -> tuple[int, int]:
+    def identity(self) -> Identity:
         """The folder opened (device, inode): two paths to one queue (a link, `..`) have the same."""
         found = os.fstat(self.folder.root.fd)
-        return found.st_dev, found.st_ino
+        return Identity(found.st_dev, found.st_ino)
 
     def state_path(self, state: State) -> Path:
         """A state folder's path, to show or to watch (every operation goes through handles)."""
@@ -225,10 +239,10 @@ class Serving:
         return self._intake.more
 
     @property
-    def intake_skipped(self) -> tuple[dict[str, str], int]:
+    def intake_skipped(self) -> SetAside:
         """What this object's take-ins set aside (folders and entries of incoming/ they
         cannot use), the first ones with why, and how many."""
-        return dict(self._intake.skipped), self._intake.skipped_count
+        return SetAside(dict(self._intake.skipped), self._intake.skipped_count)
 
     # -- the sweeper's chores (jobs.sweep), schedules, dependencies --------------------
 
@@ -264,7 +278,7 @@ class Serving:
     def settle_dependents(self, job_id: str, now: float | None = None, budget: int | None = None) -> int:
         return depends.settle_dependents(self.folder, job_id, _now(now), self.index.add, budget)
 
-    def drain_request(self) -> tuple[int, int] | None:
+    def drain_request(self) -> operator.DrainRequest | None:
         return operator.drain_request(self.folder)
 
     # -- who serves the queue, and what they run (for `status` and the page) -----------
@@ -276,7 +290,7 @@ class Serving:
     def served_functions(self, owners: Iterable[OwnerFolder], now: float, is_alive: Liveness) -> dict[str, Any]:
         return view.served_functions(owners, now, is_alive)
 
-    def head_functions(self, limit: int) -> tuple[int, dict[str, int]]:
+    def head_functions(self, limit: int) -> view.Head:
         return view.head_functions(self.folder, limit)
 
     def effective_policy(self, job: Job, served: Mapping[str, Mapping[str, Any]]) -> Policy:
@@ -289,7 +303,7 @@ class Serving:
             if job is not None:
                 yield job
 
-    def run_pid(self, job: Job) -> tuple[int, float] | None:
+    def run_pid(self, job: Job) -> run_folder.ChildPid | None:
         """The pid of the job's newest run's child, and when it started; None if unknown."""
         return job_files.newest_run(self.folder, job, run_folder.read_pid)
 

@@ -16,7 +16,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobs import counter, document, files, submissions
 from jobs.errors import InvalidJob, JobNotFound
@@ -514,7 +514,14 @@ def effective_policy(folder: QueueFolder, job: Job, served: Mapping[str, Mapping
     return resolve(job.spec, registered, folder.stored_settings)
 
 
-def head_functions(folder: QueueFolder, limit: int) -> tuple[int, dict[str, int]]:
+class Head(NamedTuple):
+    """The head of `ready/`: how many jobs were read, and how many of each function."""
+
+    read: int
+    functions: dict[str, int]
+
+
+def head_functions(folder: QueueFolder, limit: int) -> Head:
     """The functions named by the first `limit` ready jobs in claim order: (jobs read, count per
     function). Jobs nobody can run gather at the head, since every other job is claimed past them."""
     ready = folder.at(State.READY)
@@ -533,4 +540,4 @@ def head_functions(folder: QueueFolder, limit: int) -> tuple[int, dict[str, int]
             continue  # claimed meanwhile, or malformed (a claim buries it)
         counts[function] = counts.get(function, 0) + 1
         read += 1
-    return read, counts
+    return Head(read, counts)

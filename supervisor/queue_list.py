@@ -26,7 +26,7 @@ def open_queues(queues: QueueLike | Sequence[QueueLike]) -> list[Queue]:
 
 def queue_caps(queues: list[Queue], caps: Mapping[QueueLike, int]) -> dict[int, int]:
     """Each capped queue's index, with its cap; ConfigError for a queue not served or a cap below 1."""
-    indexes = {queue.serving.identity: index for index, queue in enumerate(queues)}
+    indexes: dict[tuple[int, int], int] = {queue.serving.identity: index for index, queue in enumerate(queues)}
     found = {}
     for key, cap in caps.items():
         identity = _identity(key)
