@@ -105,6 +105,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/supervisor/test_policy_paths.py",
     ),
     "supervisor/harvest.py": (
+        "tests/supervisor/test_harvest_end.py",
         "tests/supervisor/test_outcomes.py",
         "tests/supervisor/test_cancel.py",
         "tests/supervisor/test_run_cost.py",
