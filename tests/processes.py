@@ -30,8 +30,7 @@ import pytest
 from setproctitle import getproctitle, setproctitle
 
 from jobs import Job, Queue, State
-from supervisor import forking
-from supervisor.manager import Manager
+from supervisor import Manager, forking
 from tests import sample_jobs
 from tests.conftest import FAST, FAST_CLI, REPO, wait_until
 

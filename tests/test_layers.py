@@ -201,9 +201,8 @@ def test_a_queue_method_s_docstring_is_written_once() -> None:
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.ClassDef) and node.name in ("Queue", "Serving"):
                 api_docs |= {doc.strip() for item in node.body if (doc := _docstring(item))}
-            elif isinstance(node, ast.FunctionDef) and source.name not in API_MODULES:
-                if doc := ast.get_docstring(node):
-                    elsewhere[doc.strip()] = f"{source.name}:{node.lineno}"
+            elif isinstance(node, ast.FunctionDef) and source.name not in API_MODULES and (doc := _docstring(node)):
+                elsewhere[doc.strip()] = f"{source.name}:{node.lineno}"
     assert len(api_docs) > 50, "Queue's and Serving's docstrings were not found"
     copied = sorted(elsewhere[doc] for doc in api_docs & elsewhere.keys())
     assert copied == [], f"docstrings copied from Queue or Serving: {copied}"

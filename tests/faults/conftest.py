@@ -31,7 +31,7 @@ import psutil
 import pytest
 
 from jobs import Queue, Registry
-from supervisor.manager import Manager
+from supervisor import Manager
 from tests.faults import fault_jobs
 from tests.processes import FAST, REPO, Processes, is_gone, wait_until
 

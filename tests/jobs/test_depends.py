@@ -13,9 +13,8 @@ import traceback
 
 import pytest
 
-from jobs import Call, InvalidJob, JobOptions, Owner, Queue, State, depends, new_job_id
+from jobs import TMP_AGE, Call, InvalidJob, JobOptions, Owner, Queue, State, depends, new_job_id
 from jobs import files as job_files
-from jobs.config import TMP_AGE
 from jobs.job import ready_name
 from tests.jobs.conftest import Hand, add
 from tests.jobs_processes.invariants import check_invariants

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs import InvalidJob, JobOptions, KeyTaken, Owner, Queue, State, WrongState, new_job_id
+from jobs import Call, InvalidJob, JobOptions, KeyTaken, Owner, Queue, State, WrongState, new_job_id
 from jobs import files as job_files
-from jobs.store import Call
 from tests import sample_jobs
 from tests.conftest import wait_until
 from tests.jobs.conftest import add

@@ -95,7 +95,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/supervisor/test_manager.py",
     ),
     "jobs/retry.py": (
-        "tests/jobs/test_backoff.py",
+        "tests/jobs/test_retry.py",
         "tests/jobs/test_policy.py",
         "tests/jobs/test_finish.py",
         "tests/jobs/test_registry.py",
@@ -105,7 +105,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/supervisor/test_policy_paths.py",
     ),
     "supervisor/harvest.py": (
-        "tests/supervisor/test_harvest_end.py",
+        "tests/supervisor/test_harvest.py",
         "tests/supervisor/test_outcomes.py",
         "tests/supervisor/test_cancel.py",
         "tests/supervisor/test_run_cost.py",

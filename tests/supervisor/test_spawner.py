@@ -18,8 +18,7 @@ import psutil
 import pytest
 
 from jobs import JobOptions, Queue, State, command_call
-from supervisor import forking
-from supervisor.manager import Manager
+from supervisor import Manager, forking
 from supervisor.spawner import Chained, Spawner, Vforked
 from tests.jobs_processes.invariants import check_invariants, read_attempts
 from tests.processes import Processes, dump, is_gone, outcome, pids_in, read_pid, settle, wait_until
