@@ -137,3 +137,10 @@ def test_a_run_whose_folder_is_gone_is_still_decoded(tmp_path: Path) -> None:
     end = run_end(running, ExitStatus(4121, 0, None, USAGE), time.time())
     assert not end.has_result  # its folder is elsewhere now: nothing found through the claim's path
     assert end.outcome["stderr_tail"] == ""
+
+
+def test_the_outcome_keeps_the_last_4_kib_of_stderr(tmp_path: Path) -> None:
+    running = _running(tmp_path)
+    (running.claim.run_path / "stderr").write_bytes(b"x" * 10_000 + b"y" * 4096)
+    end = run_end(running, ExitStatus(4121, 1, None, USAGE), time.time())
+    assert end.outcome["stderr_tail"] == "y" * 4096
