@@ -6,6 +6,7 @@ way of being "stopped but exited 0" included; the store's decision from the `Run
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
 import time
@@ -18,6 +19,7 @@ from jobs import COMMAND, Owner, Queue, RunEnd
 from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_CHILD_ERROR, EXIT_ORPHANED, ExitStatus
 from supervisor.harvest import run_end
 from supervisor.running import Running, Stop
+from tests.faults.conftest import Tmpfs
 
 USAGE = resource.getrusage(resource.RUSAGE_SELF)
 ENDS = {  # how the child ended: (exit code, signal)
@@ -144,3 +146,35 @@ def test_the_outcome_keeps_the_last_4_kib_of_stderr(tmp_path: Path) -> None:
     (running.claim.run_path / "stderr").write_bytes(b"x" * 10_000 + b"y" * 4096)
     end = run_end(running, ExitStatus(4121, 1, None, USAGE), time.time())
     assert end.outcome["stderr_tail"] == "y" * 4096
+
+
+def test_a_run_s_times_are_kept_to_the_microsecond_and_its_peak_in_bytes(tmp_path: Path) -> None:
+    running = _running(tmp_path)
+    end = run_end(running, ExitStatus(4121, 0, None, USAGE), running.started_wall + 2.123456789)
+    assert end.outcome["wall_time"] == 2.123457
+    assert end.outcome["cost"]["peak_memory"] == USAGE.ru_maxrss * 1024  # wait4 counts KiB
+
+
+def test_decoding_a_run_closes_what_it_opened(tmp_path: Path) -> None:
+    running = _running(tmp_path)
+    (running.claim.run_path / "result.json").write_text("3\n")
+    running.stopped = Stop.DRAIN
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        run_end(running, ExitStatus(4121, 0, None, USAGE), time.time())
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_output_is_bounded_only_under_a_limit_and_a_full_disk_leaves_it_whole(tmp_path: Path, tmpfs: Tmpfs) -> None:
+    unlimited = _running(tmp_path)
+    (unlimited.claim.run_path / "stdout").write_bytes(b"x" * 100_000)
+    assert run_end(unlimited, ExitStatus(4121, 0, None, USAGE), time.time()).outcome["output_dropped"] == {}
+    limited = _running(tmpfs.path, output_limit="16K")
+    (limited.claim.run_path / "stdout").write_bytes(b"x" * 100_000)
+    filler = tmpfs.fill()
+    end = run_end(limited, ExitStatus(4121, 0, None, USAGE), time.time())
+    assert end.outcome["output_dropped"] == {}  # it could not be bounded: it stays as it was
+    assert (limited.claim.run_path / "stdout").stat().st_size == 100_000
+    filler.unlink()
+    end = run_end(limited, ExitStatus(4121, 0, None, USAGE), time.time())
+    assert end.outcome["output_dropped"] == {"stdout": 100_000 - 16 * 1024}
