@@ -139,6 +139,7 @@ def test_a_run_whose_folder_is_gone_is_still_decoded(tmp_path: Path) -> None:
     end = run_end(running, ExitStatus(4121, 0, None, USAGE), time.time())
     assert not end.has_result  # its folder is elsewhere now: nothing found through the claim's path
     assert end.outcome["stderr_tail"] == ""
+    assert end.outcome["output_dropped"] == {}  # nothing to bound, and the record says so as it always does
 
 
 def test_the_outcome_keeps_the_last_4_kib_of_stderr(tmp_path: Path) -> None:
