@@ -12,12 +12,16 @@ queue's own calls on a real folder.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,7 +39,10 @@ from jobs import (
     new_job_id,
     unknown_liveness,
 )
+from jobs.job import ready_name
 from jobs.lease import _OWNER_RE as OWNER_NAME
+from tests.processes import REPO
+from tests.users import OWNER, as_user, why_no_users
 
 from .conftest import Hand
 from .test_transitions import claim_one
@@ -184,3 +191,75 @@ def test_a_manager_resumed_past_its_lease_puts_no_result_in_the_job_another_runs
     assert taken, "the interleaving happened"
     assert not (taken[0].path / "result.json").exists(), "the stale run's result is not in the job"
     assert queue.job(job_id).state is State.CLAIMED
+
+
+# -- a claim, as a value; what a claimer keeps of the entries it cannot claim ---------------
+
+
+def test_a_claim_is_a_value_its_handle_aside(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / "queue")
+    assert queue.serving.more_to_examine is False  # a claimer that has not claimed has nothing left over
+    queue.enqueue("tests.sample_jobs.add", 1, 2)
+    owner = Owner.new()
+    queue.serving.register_owner(owner)
+    claim = queue.serving.claim(owner.name)
+    assert claim is not None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        claim.run = 2  # type: ignore[misc]  # the manager, its child and its harvest share it
+    again = dataclasses.replace(claim, place=queue.serving.folder.at(State.CLAIMED) / f"{owner.name}/{claim.job_id}")
+    assert again == claim  # the same claim, however its folder was reached
+    assert "place" not in repr(claim)
+
+
+UNMOVABLE = 150  # folders of root's in the owner's ready/: moving a folder writes its `..`, which the owner may not
+
+
+def test_a_claimer_keeps_why_for_100_entries_it_cannot_move_and_forgets_those_gone(open_dir: Path) -> None:
+    if (why := why_no_users()) is not None:
+        pytest.skip(why)
+    home = open_dir / "owner"
+    home.mkdir()
+    owner_ids = pwd.getpwnam(OWNER)
+    os.chown(home, owner_ids.pw_uid, owner_ids.pw_gid)
+    made = subprocess.run([*as_user(OWNER), sys.executable, "-c", MAKE, home / "queue"], **RUN)
+    assert made.returncode == 0, made.stderr
+    names = sorted(ready_name(new_job_id(), 0) for _ in range(UNMOVABLE))
+    for name in names:
+        (home / "queue/ready" / name).mkdir(mode=0o755)  # root's
+    argv = [*as_user(OWNER), sys.executable, "-c", CLAIM_TWICE, str(home / "queue")]
+    with subprocess.Popen(argv, **PIPES) as claimer:
+        assert claimer.stdin is not None
+        assert claimer.stdout is not None
+        first = json.loads(claimer.stdout.readline())
+        assert first == names[:100], "the first 100 entries it could not move, and no more, are kept with why"
+        for name in names[:60]:
+            (home / "queue/ready" / name).rmdir()
+        claimer.stdin.write("go on\n")
+        claimer.stdin.flush()
+        second = json.loads(claimer.stdout.readline())
+        assert second == names[60:100], "entries gone since its last scan are forgotten at its next"
+
+
+RUN: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 60, "cwd": REPO}
+PIPES: dict[str, Any] = {
+    "stdin": subprocess.PIPE,
+    "stdout": subprocess.PIPE,
+    "stderr": subprocess.DEVNULL,
+    "text": True,
+}
+PIPES["cwd"] = REPO
+MAKE = "import sys; from jobs import Queue; Queue(sys.argv[1])"
+CLAIM_TWICE = """
+import json, sys
+from jobs import Owner, Queue
+queue = Queue(sys.argv[1], create=False)
+owner = Owner.new()
+queue.serving.register_owner(owner)
+def skipped():
+    while queue.serving.claim(owner.name) is None and queue.serving.more_to_examine:
+        pass
+    return sorted(queue.serving.unclaimable)
+print(json.dumps(skipped()), flush=True)
+sys.stdin.readline()
+print(json.dumps(skipped()), flush=True)
+"""
