@@ -263,3 +263,41 @@ print(json.dumps(skipped()), flush=True)
 sys.stdin.readline()
 print(json.dumps(skipped()), flush=True)
 """
+
+
+def test_a_job_that_cannot_be_counted_after_its_move_goes_back_to_ready(open_dir: Path) -> None:
+    """A PermissionError after the claim's move (here its counter, root's in a sticky folder
+    of root's, cannot be replaced by the owner) puts the job back where it was."""
+    if (why := why_no_users()) is not None:
+        pytest.skip(why)
+    home = open_dir / "owner"
+    home.mkdir()
+    owner_ids = pwd.getpwnam(OWNER)
+    os.chown(home, owner_ids.pw_uid, owner_ids.pw_gid)
+    made = subprocess.run([*as_user(OWNER), sys.executable, "-c", ENQUEUE, home / "queue"], **RUN)
+    assert made.returncode == 0, made.stderr
+    (name,) = os.listdir(home / "queue/ready")
+    job = home / "queue/ready" / name
+    (job / "attempts").write_text("0\n")
+    for path in job.iterdir():
+        os.chown(path, 0, 0)
+        path.chmod(0o644)  # readable: the job is valid, only its counter cannot be replaced
+    os.chown(job, 0, 0)
+    job.chmod(0o1777)  # the owner may move it and write in it, but not replace root's files there
+    claimed = subprocess.run([*as_user(OWNER), sys.executable, "-c", CLAIM_ONE, home / "queue"], **RUN)
+    assert claimed.returncode == 0, claimed.stderr
+    assert json.loads(claimed.stdout) == {"claim": None, "unclaimable": [name]}
+    assert os.listdir(home / "queue/ready") == [name], "the job is back where it was"
+    assert [os.listdir(owner) for owner in (home / "queue/claimed").iterdir()] == [[".owner.json"]]
+
+
+ENQUEUE = "import sys; from jobs import Queue; Queue(sys.argv[1]).enqueue('tests.sample_jobs.add', 1, 2)"
+CLAIM_ONE = """
+import json, sys
+from jobs import Owner, Queue
+queue = Queue(sys.argv[1], create=False)
+owner = Owner.new()
+queue.serving.register_owner(owner)
+claim = queue.serving.claim(owner.name)
+print(json.dumps({"claim": claim and claim.job_id, "unclaimable": sorted(queue.serving.unclaimable)}))
+"""
