@@ -30,9 +30,12 @@ from jobs import (
     DRAIN,
     Claim,
     ClaimLost,
+    Functions,
     InvalidJob,
     Owner,
+    Paused,
     Queue,
+    Registry,
     RunEnd,
     State,
     files,
@@ -301,3 +304,60 @@ queue.serving.register_owner(owner)
 claim = queue.serving.claim(owner.name)
 print(json.dumps({"claim": claim and claim.job_id, "unclaimable": sorted(queue.serving.unclaimable)}))
 """
+
+
+# -- what a claim does besides running a job --------------------------------------------
+
+
+def test_a_claim_is_held_until_a_sweeper_takes_it_back(queue: Queue, owner: Owner) -> None:
+    queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    assert queue.serving.claim_state(claim) == (True, False, False)
+    queue.cancel(claim.job_id)
+    assert queue.serving.claim_state(claim) == (True, True, False)
+    queue.serving.sweep(time.time() + 10_000, lambda found: False)  # its owner is dead
+    assert queue.serving.claim_state(claim) == (False, False, False)
+
+
+def test_a_job_of_a_paused_function_is_given_back_as_it_was(queue: Queue, owner: Owner, hand: Hand) -> None:
+    job_id = queue.enqueue("sample.echo")
+    assert queue.serving.claim(owner.name, paused=Paused(functions=frozenset({"sample.echo"}))) is None
+    assert hand.names(State.READY) == [f"100.{job_id}"]
+    assert os.listdir(hand.dir(State.CLAIMED) / owner.name) == [".owner.json"]
+    assert queue.serving.left_for_others == {}  # paused here, not left for another manager
+
+
+def test_a_job_written_into_ready_with_a_dead_dependency_is_buried_at_claim(
+    queue: Queue, owner: Owner, hand: Hand
+) -> None:
+    parent = queue.enqueue("sample.echo")
+    queue.cancel(parent)
+    job_id, _ = hand.ready_job({"function": "sample.echo", "depends_on": [parent]})
+    assert queue.serving.claim(owner.name) is None
+    assert queue.job(job_id).state is State.DEAD
+    assert parent in queue.job(job_id).error["message"]
+
+
+def test_a_run_folder_s_number_passes_a_file_of_its_name(queue: Queue, owner: Owner, hand: Hand) -> None:
+    job_id, path = hand.ready_job({"function": "sample.echo"})
+    (path / "attempt-1").write_text("not a run folder")  # a file: not counted as a run, but in the way
+    claim = claim_one(queue, owner)
+    assert (claim.job_id, claim.run) == (job_id, 2)
+
+
+def test_a_job_given_back_onto_a_copy_of_itself_is_quarantined_not_lost(
+    queue: Queue, owner: Owner, hand: Hand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = queue.enqueue("other.function")
+    name = f"100.{job_id}"
+
+    def copy_back(point: str) -> None:  # another copy of the job lands in ready/ while it is claimed
+        if point == "claim:moved":
+            shutil.copytree(hand.dir(State.CLAIMED) / owner.name / job_id, hand.dir(State.READY) / name)
+
+    monkeypatch.setattr(files, "checkpoint_hook", copy_back)
+    assert queue.serving.claim(owner.name, functions=Functions(Registry())) is None
+    assert hand.names(State.READY) == [name]
+    why = [entry for entry in hand.names("quarantine") if entry.endswith(".why")]
+    assert len(why) == 1
+    assert "twice" in (hand.dir("quarantine") / why[0]).read_text()
