@@ -193,6 +193,7 @@ def test_a_manager_resumed_past_its_lease_puts_no_result_in_the_job_another_runs
         files.checkpoint_hook = None
     assert taken, "the interleaving happened"
     assert not (taken[0].path / "result.json").exists(), "the stale run's result is not in the job"
+    assert not (taken[0].path / ".result.json.link").exists(), "nor the link it staged"
     assert queue.job(job_id).state is State.CLAIMED
 
 
@@ -361,3 +362,53 @@ def test_a_job_given_back_onto_a_copy_of_itself_is_quarantined_not_lost(
     why = [entry for entry in hand.names("quarantine") if entry.endswith(".why")]
     assert len(why) == 1
     assert "twice" in (hand.dir("quarantine") / why[0]).read_text()
+
+
+# -- what a job leaves where its manager records (the job may write its run folder) --------
+
+
+def test_an_outcome_is_recorded_past_a_folder_the_job_made_in_its_place(queue: Queue, owner: Owner, hand: Hand) -> None:
+    queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    (claim.run_path / "outcome.json").mkdir()
+    queue.serving.record_outcome(claim, {"run": claim.run, "status": "exited 0"})
+    assert json.loads((claim.run_path / "outcome.json").read_text())["status"] == "exited 0"
+    assert any(name.endswith(".why") for name in hand.names("quarantine")), "the folder is kept aside, with why"
+
+
+@pytest.mark.parametrize("replaced", ["removed", "a link", "a file"])
+def test_an_outcome_is_recorded_in_a_fresh_folder_when_the_job_replaced_its_own(
+    queue: Queue, owner: Owner, hand: Hand, tmp_path: Path, replaced: str
+) -> None:
+    queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    shutil.rmtree(claim.run_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if replaced == "a link":
+        claim.run_path.symlink_to(elsewhere)
+    elif replaced == "a file":
+        claim.run_path.write_text("not a folder")
+    queue.serving.record_outcome(claim, {"run": claim.run, "status": "exited 1"})
+    assert claim.run_path.is_dir()
+    assert not claim.run_path.is_symlink()
+    assert json.loads((claim.run_path / "outcome.json").read_text())["status"] == "exited 1"
+    assert os.listdir(elsewhere) == [], "nothing is written where a link points"
+    kept = [name for name in hand.names("quarantine") if not name.endswith(".why")]
+    assert len(kept) == (0 if replaced == "removed" else 1)
+
+
+def test_a_done_job_s_result_is_its_last_run_s_past_a_folder_or_a_stale_file(
+    queue: Queue, owner: Owner, hand: Hand
+) -> None:
+    first_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    (claim.path / "result.json").mkdir()  # in the way of the link
+    (claim.run_path / "result.json").write_text('"first"\n')
+    queue.serving.complete(claim)
+    assert queue.job(first_id).result == "first"
+    second_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    (claim.path / "result.json").write_text('"a lost run\'s"\n')  # what a lost run left; this run left none
+    queue.serving.complete(claim)
+    assert not (hand.dir(State.DONE) / second_id / "result.json").exists(), "no result but its own run's"
