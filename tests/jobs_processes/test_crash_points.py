@@ -15,6 +15,7 @@ or dead with a cause, and that its `events` tell its story whole and in order.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -460,12 +461,17 @@ def check_finished(places: dict[str, tuple[State, Path]]) -> None:
 
 EVENT_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z \S.*")
 RETRY_EVENT = re.compile(r"(ready|waiting): retried by an operator, attempts reset")  # its move may be cut
+RUN_END_EVENT = re.compile(  # how a claimed run ended, each way (`jobs.claim`, `jobs.sweep`)
+    r"(done: |failed: |dead: |ready: claim reverted"
+    r"|.*: run \d+ stopped, attempt not counted|run \d+ by .* after its claim was lost)"
+)
 CLAIMED_EVENT = re.compile(r"claimed by \S+: attempt \d+/\d+ \(run (\d+)\)")
 
 
 def check_events(places: dict[str, tuple[State, Path]]) -> None:
     """Each finished job's `events` tells its story whole and in order, whatever the crash
-    cut short: every line whole, `enqueued` first, each run claimed once and in order, and
+    cut short: every line whole, `enqueued` first, each run claimed once and in order and its
+    end told before the next is claimed, and
     its end last (a done job's names the run whose result it holds, claimed before it). After
     a dead job's end only an operator's retry may come, whose move the crash cut (the line is
     written before the move, which may not happen)."""
@@ -478,6 +484,10 @@ def check_events(places: dict[str, tuple[State, Path]]) -> None:
         assert story[0] == "enqueued", f"job {job_id}: its events begin with {story[0]!r}"
         runs = [int(found[1]) for text in story if (found := CLAIMED_EVENT.fullmatch(text))]
         assert runs == sorted(set(runs)), f"job {job_id}: runs claimed out of order or twice: {runs}"
+        claims = [index for index, text in enumerate(story) if CLAIMED_EVENT.fullmatch(text)]
+        for earlier, later in itertools.pairwise(claims):
+            told = [text for text in story[earlier + 1 : later] if RUN_END_EVENT.match(text)]
+            assert told, f"job {job_id}: nothing says how the run claimed in {story[earlier]!r} ended: {story}"
         ends = [index for index, text in enumerate(story) if text.startswith(("done:", "dead:"))]
         assert ends, f"job {job_id} is {state.value}; no event says where it ended: {story}"
         assert story[ends[-1]].startswith(f"{state.value}:"), f"job {job_id} is {state.value}: {story}"
