@@ -165,6 +165,28 @@ def test_a_job_moved_on_from_its_claim_has_both_folders_synced(recordings: Recor
         assert not missing, f"the move of {op.name} to {ends[op.dir2]}/ left {missing} unsynced before the next"
 
 
+def test_a_done_job_s_folder_is_synced_between_its_result_s_link_and_its_move(recordings: Recordings) -> None:
+    """The power-loss fix, on the recording itself: each `result.json` renamed into a claimed
+    job's folder is made durable by an fsync of that folder before the folder moves to
+    `done/` (without it, a cut can leave a done job without its result, for ever)."""
+    recorded = recordings["harvest"]
+    tree = copy.deepcopy(recorded.initial)
+    done, claimed = tree.lookup(["done"]), tree.lookup(["claimed"])
+    linked: dict[int, int] = {}  # job folder -> index of its result's rename into place
+    checked = 0
+    for index, op in enumerate(recorded.ops):
+        if op.kind == "rename" and op.name2 == "result.json" and claimed in _parents(tree, op.dir2):
+            linked[op.dir2] = index
+        elif op.kind == "rename" and op.dir2 == done and op.ino in linked:
+            since = recorded.ops[linked.pop(op.ino) + 1 : index]
+            assert any(later.kind == "sync" and later.unit == ("dir", op.ino) for later in since), (
+                f"job {op.name} moved to done/ before its folder was synced after its result's link"
+            )
+            checked += 1
+        tree.apply(op)
+    assert checked >= 2, "the harvest completes jobs with results"
+
+
 def _parents(tree: model.Tree, number: int) -> set[int]:
     """The folders above inode `number` (itself included)."""
     above = {number}

@@ -412,3 +412,24 @@ def test_a_done_job_s_result_is_its_last_run_s_past_a_folder_or_a_stale_file(
     (claim.path / "result.json").write_text('"a lost run\'s"\n')  # what a lost run left; this run left none
     queue.serving.complete(claim)
     assert not (hand.dir(State.DONE) / second_id / "result.json").exists(), "no result but its own run's"
+
+
+def test_a_completion_passes_the_staged_link_an_earlier_one_left(queue: Queue, owner: Owner) -> None:
+    job_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    (claim.path / ".result.json.link").write_text('"a completion cut short"\n')
+    (claim.run_path / "result.json").write_text('"this run"\n')
+    queue.serving.complete(claim)
+    assert queue.job(job_id).result == "this run"
+
+
+def test_a_ready_job_already_in_its_claimer_s_folder_is_quarantined_not_claimed_twice(
+    queue: Queue, owner: Owner, hand: Hand
+) -> None:
+    job_id, path = hand.ready_job({"function": "sample.echo"})
+    shutil.copytree(path, hand.dir(State.CLAIMED) / owner.name / job_id)
+    assert queue.serving.claim(owner.name) is None
+    assert hand.names(State.READY) == []
+    why = [name for name in hand.names("quarantine") if name.endswith(".why")]
+    assert len(why) == 1
+    assert "already in claimed" in (hand.dir("quarantine") / why[0]).read_text()

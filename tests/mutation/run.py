@@ -70,6 +70,7 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/jobs/test_counts_in_motion.py",
         "tests/jobs_processes/test_concurrent_claims.py",
         "tests/jobs_processes/test_crash_points.py",
+        "tests/crashstate/test_crash_states.py::test_a_done_job_s_folder_is_synced_between_its_result_s_link_and_its_move",
     ),
     "jobs/sweep.py": (
         "tests/jobs/test_decisions.py",
