@@ -215,18 +215,24 @@ def test_a_claim_is_a_value_its_handle_aside(tmp_path: Path) -> None:
     assert "place" not in repr(claim)
 
 
-UNMOVABLE = 150  # folders of root's in the owner's ready/: moving a folder writes its `..`, which the owner may not
-
-
-def test_a_claimer_keeps_why_for_100_entries_it_cannot_move_and_forgets_those_gone(open_dir: Path) -> None:
+def _owners_queue(open_dir: Path, script: str) -> Path:
+    """A folder of fvowner's holding its queue, made by `script` run as fvowner."""
     if (why := why_no_users()) is not None:
         pytest.skip(why)
     home = open_dir / "owner"
     home.mkdir()
     owner_ids = pwd.getpwnam(OWNER)
     os.chown(home, owner_ids.pw_uid, owner_ids.pw_gid)
-    made = subprocess.run([*as_user(OWNER), sys.executable, "-c", MAKE, home / "queue"], **RUN)
+    made = subprocess.run([*as_user(OWNER), sys.executable, "-c", script, home / "queue"], **RUN)
     assert made.returncode == 0, made.stderr
+    return home
+
+
+UNMOVABLE = 150  # folders of root's in the owner's ready/: moving a folder writes its `..`, which the owner may not
+
+
+def test_a_claimer_keeps_why_for_100_entries_it_cannot_move_and_forgets_those_gone(open_dir: Path) -> None:
+    home = _owners_queue(open_dir, MAKE)
     names = sorted(ready_name(new_job_id(), 0) for _ in range(UNMOVABLE))
     for name in names:
         (home / "queue/ready" / name).mkdir(mode=0o755)  # root's
@@ -275,14 +281,7 @@ print(json.dumps(kept), flush=True)
 def test_a_job_that_cannot_be_counted_after_its_move_goes_back_to_ready(open_dir: Path) -> None:
     """A PermissionError after the claim's move (here its counter, root's in a sticky folder
     of root's, cannot be replaced by the owner) puts the job back where it was."""
-    if (why := why_no_users()) is not None:
-        pytest.skip(why)
-    home = open_dir / "owner"
-    home.mkdir()
-    owner_ids = pwd.getpwnam(OWNER)
-    os.chown(home, owner_ids.pw_uid, owner_ids.pw_gid)
-    made = subprocess.run([*as_user(OWNER), sys.executable, "-c", ENQUEUE, home / "queue"], **RUN)
-    assert made.returncode == 0, made.stderr
+    home = _owners_queue(open_dir, ENQUEUE)
     (name,) = os.listdir(home / "queue/ready")
     job = home / "queue/ready" / name
     (job / "attempts").write_text("0\n")
