@@ -302,14 +302,6 @@ class Intake:
         self._turn = 0  # which member's folder comes first
         self._listed: tuple[tuple[int, int], float, list[tuple[str, int]]] | None = None
 
-    @property
-    def skipped(self) -> dict[str, str]:
-        return self.aside.shown
-
-    @property
-    def skipped_count(self) -> int:
-        return self.aside.count
-
     def take_in(
         self, now: float, actions: Actions, budget: int = 64, seconds: float | None = None, leftovers: bool = False
     ) -> int:

@@ -41,8 +41,9 @@ class Identity(NamedTuple):
     inode: int
 
 
-class SetAside(NamedTuple):
-    """What take-ins set aside: the first ones, with why, and how many in all."""
+class IntakeAside(NamedTuple):
+    """A copy of what take-ins set aside (`incoming.SetAside`): the first ones, with why, and
+    how many in all."""
 
     first: dict[str, str]
     total: int
@@ -239,10 +240,10 @@ class Serving:
         return self._intake.more
 
     @property
-    def intake_skipped(self) -> SetAside:
+    def intake_skipped(self) -> IntakeAside:
         """What this object's take-ins set aside (folders and entries of incoming/ they
         cannot use), the first ones with why, and how many."""
-        return SetAside(dict(self._intake.skipped), self._intake.skipped_count)
+        return IntakeAside(dict(self._intake.aside.shown), self._intake.aside.count)
 
     # -- the sweeper's chores (jobs.sweep), schedules, dependencies --------------------
 
