@@ -230,7 +230,9 @@ class Claimer:
             _bury(self.folder, place, job_id, found, now)
             return
         depends.write_edges(self.folder, job_id, spec.depends_on)
+        files.checkpoint("claim:edges-written")
         moves.move_on(place, self.folder.at(State.WAITING) / job_id, self.folder.durable)
+        files.checkpoint("claim:waiting")
         depends.settle(self.folder, job_id, now, self._index.add)  # one may have ended meanwhile
 
     def _give_back(self, place: Entry, name: str, function: str | None) -> None:
@@ -408,32 +410,45 @@ def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Non
     """Make `result.json` the completing run's result, or remove one a lost run left.
     Only a regular file is linked: whatever else the run left there is not its result."""
     staging = f".{RESULT_FILE}.link"
+    # The result goes in through the claim's path, not the handle: a manager stopped (SIGSTOP)
+    # past its lease may resume after a sweep gave the job to another, and must not put its
+    # run's result in the job the other now runs (the rename finds no place, the claim is lost).
+    place = claim.place
     for name in (RESULT_FILE, staging):
         folder.clear_the_way(job, name, now)
     files.unlink_if_there(staging, job.fd)
-    linked = False
-    try:
-        with job.sub(f"attempt-{claim.run}") as run:
-            if stat.S_ISREG(run.lstat(RESULT_FILE).st_mode):
-                os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
-                linked = True
-    except OSError as exc:
-        if exc.errno not in NOT_A_FOLDER:
-            raise
-    # Through the claim's path, not the handle: a manager stopped (SIGSTOP) past its lease
-    # may resume after a sweep gave the job to another, and must not put its run's result
-    # in the job the other now runs (the rename finds no place, and the claim is lost).
-    place = claim.place
-    if not linked:
+    staged = _stage_result(job, claim.run, staging)
+    if staged is None:
         files.unlink_if_there(f"{place.name}/{RESULT_FILE}", place.dir.fd)  # no result of this run
         return
     try:
         os.replace(
-            f"{place.name}/{staging}", f"{place.name}/{RESULT_FILE}", src_dir_fd=place.dir.fd, dst_dir_fd=place.dir.fd
+            f"{place.name}/{staged}", f"{place.name}/{RESULT_FILE}", src_dir_fd=place.dir.fd, dst_dir_fd=place.dir.fd
         )
     except FileNotFoundError:
         files.unlink_if_there(staging, job.fd)  # ours, wherever the job is now
         raise _lost(folder, claim, "complete") from None
+
+
+def _stage_result(job: Dir, run: int, staging: str) -> str | None:
+    """Hard-link run `run`'s `result.json` into the job's folder as `staging`; return that
+    name, or None when the run left no regular file there. The run's folder is the job's to
+    write: what was looked at may be replaced before the link, so the link is of the entry
+    itself (`follow_symlinks=False`) and is looked at again where the job cannot write."""
+    try:
+        with job.sub(f"attempt-{run}") as folder:
+            if not stat.S_ISREG(folder.lstat(RESULT_FILE).st_mode):
+                return None
+            files.checkpoint("complete:result-checked")
+            os.link(RESULT_FILE, staging, src_dir_fd=folder.fd, dst_dir_fd=job.fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in NOT_A_FOLDER:
+            raise
+        return None
+    if stat.S_ISREG(job.lstat(staging).st_mode):
+        return staging
+    files.unlink_if_there(staging, job.fd)  # a link or a fifo put in the result's place meanwhile
+    return None
 
 
 def _waiting_place(folder: QueueFolder, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:

@@ -138,6 +138,22 @@ def test_an_owner_file_with_a_field_of_the_wrong_type_is_not_believed(field: dic
         Owner.from_json(json.dumps(document).encode())
 
 
+def test_an_owner_file_is_written_as_docs_format_shows_it_byte_for_byte() -> None:
+    """Other hosts' sweepers, older and newer, read it: its bytes are part of the format."""
+    shown = (REPO / "docs" / "FORMAT.md").read_text().split("```json owner-file\n")[1].split("```")[0]
+    owner = Owner(**json.loads(shown))
+    assert owner.to_json().decode() == shown
+    assert Owner.from_json(shown.encode()) == owner
+
+
+def test_an_owner_is_a_value_no_holder_can_change() -> None:
+    """The sweeper, the reaper and `status` share the owners they read: none may change one."""
+    owner = Owner.new()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        owner.lease = 0.0  # type: ignore[misc]
+    assert {owner, dataclasses.replace(owner)} == {owner}
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
 @pytest.mark.parametrize(("hostname", "start"), [("node_7.example", "node-7-example."), ("h" * 64, "h" * 64 + ".")])
 def test_an_owner_s_name_says_its_host_and_fits_the_pattern(hostname: str, start: str) -> None:
@@ -210,8 +226,9 @@ def test_a_claim_is_a_value_its_handle_aside(tmp_path: Path) -> None:
     assert claim is not None
     with pytest.raises(dataclasses.FrozenInstanceError):
         claim.run = 2  # type: ignore[misc]  # the manager, its child and its harvest share it
-    again = dataclasses.replace(claim, place=queue.serving.folder.at(State.CLAIMED) / f"{owner.name}/{claim.job_id}")
-    assert again == claim  # the same claim, however its folder was reached
+    with queue.serving.folder.at(State.CLAIMED).sub(owner.name) as owned:  # a handle of its own
+        again = dataclasses.replace(claim, place=owned / claim.job_id)
+        assert again == claim  # the same claim, however its folder was reached
     assert "place" not in repr(claim)
 
 
@@ -435,3 +452,86 @@ def test_a_ready_job_already_in_its_claimer_s_folder_is_quarantined_not_claimed_
     why = [name for name in hand.names("quarantine") if name.endswith(".why")]
     assert len(why) == 1
     assert "already in claimed" in (hand.dir("quarantine") / why[0]).read_text()
+
+
+# -- what moves under a claim between its steps (another manager, a sweeper, the job) ---------
+
+
+def test_a_job_whose_parent_ends_while_it_is_sent_to_wait_does_not_wait(
+    queue: Queue, owner: Owner, hand: Hand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job written into ready/ before its parent ended is sent to waiting/; the parent ends
+    (done, its dependents settled, by another manager) after the edge is written and before
+    the move: the parent's settler finds no one waiting, so the claim's own settle after the
+    move must see the parent done and make the job ready, not leave it waiting for ever."""
+    parent = queue.enqueue("sample.echo")
+    other = Queue(queue.path)
+    parent_claim = claim_one(other, hand.owner())
+    job_id, _ = hand.ready_job({"function": "sample.echo", "depends_on": [parent]})
+
+    def parent_ends(point: str) -> None:
+        if point == "claim:edges-written":
+            (parent_claim.run_path / "result.json").write_text('"parent"\n')
+            other.serving.complete(parent_claim)
+            other.serving.settle_dependents(parent)
+
+    monkeypatch.setattr(files, "checkpoint_hook", parent_ends)
+    claim = queue.serving.claim(owner.name)
+    assert queue.job(parent).state is State.DONE
+    assert claim is not None, f"the job waits: {queue.job(job_id).state}"
+    assert claim.job_id == job_id
+
+
+def test_a_job_buried_at_claim_after_a_sweeper_took_it_back_is_left_to_the_sweeper(
+    queue: Queue, owner: Owner, hand: Hand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimer stands still between judging a cancelled job dead and burying it; a sweeper
+    reaps the claimer meanwhile (its lease ran out) and buries the job itself. The claim
+    finds the job gone: it claims nothing and raises nothing, and the job is dead once."""
+    job_id = queue.enqueue("sample.echo")
+    (hand.dir(State.READY) / f"100.{job_id}" / CANCEL_FILE).write_text("cancelled\n")
+    real_move = files.move
+    sweeps: list[dict[str, Any]] = []
+
+    def reaped_before_the_bury(src: str, dst: str, **handles: int | None) -> None:
+        folder = handles.get("dst_dir_fd")
+        into = os.readlink(f"/proc/self/fd/{folder}") if folder is not None else os.path.dirname(dst)
+        if os.path.basename(into) == State.DEAD.value and not sweeps:
+            sweeps.append({})  # (the sweeper's own moves pass through here too)
+            sweeps[0] = queue.serving.sweep(now=hand.expired_now(owner), is_alive=unknown_liveness)
+        real_move(src, dst, **handles)
+
+    monkeypatch.setattr(files, "move", reaped_before_the_bury)
+    assert queue.serving.claim(owner.name) is None
+    assert sweeps[0]["expired"] == 1, f"the sweeper reaped the claimer mid-bury: {sweeps}"
+    assert queue.job(job_id).state is State.DEAD
+    assert hand.error(job_id)["reason"] == "cancelled"
+
+
+@pytest.mark.parametrize("swap", ["a link to a file of the manager", "removed"])
+def test_a_result_changed_between_its_check_and_its_link_is_not_taken(
+    queue: Queue, owner: Owner, hand: Hand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
+) -> None:
+    """The run's result.json is a regular file when the completion looks, and the job (or
+    what it left running) replaces it before the link: by a link to a file only the manager
+    may read (the result must not become that file), or by nothing. Either way the job is
+    done without a result: the run left none that stayed a regular file."""
+    job_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    result = claim.run_path / "result.json"
+    result.write_text('"mine"\n')
+    secret = tmp_path / "secret.json"
+    secret.write_text('"the manager\'s secret"\n')
+
+    def swapped(point: str) -> None:
+        if point == "complete:result-checked":
+            result.unlink()
+            if swap != "removed":
+                result.symlink_to(secret)
+
+    monkeypatch.setattr(files, "checkpoint_hook", swapped)
+    queue.serving.complete(claim)
+    done = hand.dir(State.DONE) / job_id
+    assert queue.job(job_id).state is State.DONE
+    assert sorted(os.listdir(done)) == ["attempt-1", "attempts", "events", "job.json"], "no result, nor a link staged"
+    assert queue.job(job_id).result is None

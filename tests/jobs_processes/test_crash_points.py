@@ -32,6 +32,7 @@ import pytest
 
 import jobs
 from jobs import Call, Claim, JobOptions, Owner, Queue, State, WrongState, files, unknown_liveness
+from jobs.job import ready_name
 from jobs.lease import Liveness
 
 from .conftest import Children, describe_status
@@ -219,6 +220,17 @@ def with_a_dependent(dies: bool = False) -> Callable[[Queue, list[str]], str | N
     return setup
 
 
+def dependent_in_ready(queue: Queue, published: list[str]) -> str:
+    """A job that depends on a ready parent, written into ready/ before the parent ended (by
+    hand, say, or by an older forkvisor), without its edge: its claim sends it to wait."""
+    parent = ready_target()(queue, published)
+    target = queue.submit(Call(FUNCTION, ("after",), options=JobOptions(depends_on=[parent], priority=20)))
+    published.append(target)
+    os.rename(queue.path / "waiting" / target, queue.path / "ready" / ready_name(target, 20))
+    os.unlink(queue.path / "edges" / parent / target)
+    return target
+
+
 def do_finish_and_settle(ok: bool) -> Callable[[Child], None]:
     """End the target as its manager would (done, or dead), then settle its dependents."""
 
@@ -243,6 +255,14 @@ def do_enqueue_many(child: Child) -> None:
 def do_claim(child: Child) -> None:
     child.arm()
     child.claim_target()
+
+
+def do_claim_to_wait(child: Child) -> None:
+    """Claim the target, which goes to wait for its parent; the parent is claimed next."""
+    child.arm()
+    claim = child.queue.serving.claim(child.owner.name)
+    assert claim is not None, "the parent was not claimed"
+    assert claim.job_id != child.target, "the target was not sent to wait"
 
 
 def do_complete(child: Child) -> None:
@@ -320,6 +340,7 @@ TRANSITIONS: dict[str, Transition] = {
     "bury-and-settle": Transition(with_a_dependent(dies=True), do_finish_and_settle(ok=False)),
     "claim": Transition(ready_target(), do_claim),
     "claim-last-attempt": Transition(ready_target(max_attempts=1), do_claim),
+    "claim-to-wait": Transition(dependent_in_ready, do_claim_to_wait),
     "complete": Transition(ready_target(), do_complete),
     "fail-retry-later": Transition(ready_target(), do_fail(delay=30.0)),
     "fail-retry-now": Transition(ready_target(), do_fail(delay=0.0)),
@@ -372,7 +393,11 @@ CASES = [
     ("claim-last-attempt", "claim:moved", Expect()),
     ("claim-last-attempt", "claim:counted", Expect("dead:attempts exhausted")),
     ("claim-last-attempt", "claim:attempt-created", Expect("dead:attempts exhausted")),
+    ("claim-to-wait", "claim:edges-written", Expect()),  # still claimed: its owner's reaper gives it back
+    ("claim-to-wait", "claim:waiting", Expect()),  # waiting, not settled: the parent's end releases it
+    ("claim-to-wait", "renamed:waiting", Expect()),
     ("complete", "complete:opened", Expect()),
+    ("complete", "complete:result-checked", Expect()),
     ("complete", "complete:result-linked", Expect()),
     ("complete", "renamed:done", Expect()),
     ("fail-retry-later", "renamed:scheduled", Expect()),
