@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from benchmarks import common
-from jobs import context
+from jobs import Current
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         run = scratch / "attempt-1"
         run.mkdir(parents=True)
         (run / "stdout").touch(mode=0o600)
-        found = context.Current("job", 1, "bench.noop", scratch, run)
+        found = Current("job", 1, "bench.noop", scratch, run)
         calls = args.calls
         started = time.perf_counter()
         for _ in range(calls):

@@ -95,6 +95,11 @@ def fsync_dir(path: StrPath, dir_fd: int | None = None) -> None:
         os.close(fd)
 
 
+def sync_folder(fd: int) -> None:
+    """Make the entries of the folder open as `fd` durable: one barrier."""
+    os.fsync(fd)
+
+
 def sync_filesystem(folder: StrPath | int) -> None:
     """Flush everything written to the file system holding `folder` (a path or an open
     folder's descriptor): one barrier."""

@@ -25,7 +25,7 @@ from jobs import access, config, document, files, moves, reserve
 from jobs.errors import FULL, InvalidJob, QueueError, storage_error
 from jobs.fate import Cause
 from jobs.handles import OPEN_DIR, Dir, Entry
-from jobs.job import MAX_SPEC_BYTES, JobSpec, State, spec_json
+from jobs.job import MAX_SPEC_BYTES, JobSpec, State, indented_json
 
 log = logging.getLogger(__name__)
 
@@ -503,13 +503,3 @@ def filesystem_now(folder: Dir, mode: int = files.PRIVATE) -> float:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         return time.time()  # a reader that may not write (status on a read-only queue): the local clock
-
-
-def indented_json(document: dict[str, Any]) -> bytes:
-    """`json.dumps(document, indent=1, default=repr)` and a newline. Every attempt's
-    `outcome.json` goes through here, so a flat record takes `spec_json`'s fast path;
-    what it refuses (NaN, an object JSON cannot encode) gets the standard encoder."""
-    try:
-        return spec_json(document)
-    except (TypeError, ValueError):
-        return json.dumps(document, indent=1, default=repr).encode() + b"\n"

@@ -17,6 +17,8 @@ import os
 import stat
 from typing import NamedTuple
 
+from jobs import files
+
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SEARCH_ONLY = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -89,7 +91,7 @@ class Dir:
 
     def fsync(self) -> None:
         """Make this folder's entries durable."""
-        os.fsync(self.fd)
+        files.sync_folder(self.fd)
 
     def names(self) -> list[str]:
         return os.listdir(self.fd)

@@ -442,3 +442,13 @@ def _short(value: object) -> str:
     """A value in a message, cut (a member's number may have 4,000 digits)."""
     shown = repr(value)
     return shown if len(shown) <= 60 else f"{shown[:40]}... ({len(shown)} characters)"
+
+
+def indented_json(document: dict[str, Any]) -> bytes:
+    """`json.dumps(document, indent=1, default=repr)` and a newline. Every attempt's
+    `outcome.json` goes through here, so a flat record takes `spec_json`'s fast path;
+    what it refuses (NaN, an object JSON cannot encode) gets the standard encoder."""
+    try:
+        return spec_json(document)
+    except (TypeError, ValueError):
+        return json.dumps(document, indent=1, default=repr).encode() + b"\n"

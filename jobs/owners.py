@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 from jobs import files, moves, view
 from jobs.errors import ClaimLost
-from jobs.folder import QueueFolder, indented_json
-from jobs.job import State
+from jobs.folder import QueueFolder
+from jobs.job import State, indented_json
 from jobs.lease import FUNCTIONS_FILE, OWNER_FILE, OWNER_FILES, SKIPPED_FILES, Owner
 from jobs.policy import Functions
 

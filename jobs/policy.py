@@ -29,8 +29,7 @@ from typing import Any
 from jobs.config import BUILT_IN
 from jobs.document import parse as parse_document
 from jobs.errors import InvalidJob
-from jobs.folder import indented_json
-from jobs.job import COMMAND, POLICY_FIELDS, JobOptions, JobSpec
+from jobs.job import COMMAND, POLICY_FIELDS, JobOptions, JobSpec, indented_json
 from jobs.registry import Registered, Registry
 from jobs.retry import Described, WaitStrategy, as_backoff, describe, retry_delay
 

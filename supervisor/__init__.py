@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from supervisor.errors import AppNotFound, ConfigError, SupervisorError
+from supervisor.errors import AppNotFound, ConfigError, InternalError, SupervisorError
 
 if TYPE_CHECKING:
     from supervisor.manager import Manager, Settings
 
 __forkvisor__ = True  # marks this package as forkvisor's (see supervisor.cli)
-__all__ = ["AppNotFound", "ConfigError", "Manager", "Settings", "SupervisorError"]
+__all__ = ["AppNotFound", "ConfigError", "InternalError", "Manager", "Settings", "SupervisorError"]
 
 
 def __getattr__(name: str) -> Any:

@@ -253,3 +253,82 @@ def test_every_exception_a_package_defines_is_under_its_root(package: str, root:
             if defined_here and issubclass(value, BaseException) and not issubclass(value, base):
                 stray.append(f"{module.__name__}.{name}")
     assert stray == (["jobs.errors.CannotComplete"] if package == "jobs" else [])
+
+
+# -- tests and benchmarks use the seams, not the rooms -------------------------------------
+
+# The modules inside the packages that tests and benchmarks may import, and why: each is a
+# contract that outlives a reshaping of the house (the format, the crash hooks, a child's
+# end as its manager reads it) or a piece a benchmark times against its bare reference.
+# Everything else is reached through `jobs`, `supervisor` and `supervisor.cli`, or by the
+# test named for the module it tests (`tests/jobs/test_retry.py` may import `jobs.retry`).
+SEAMS = {
+    "jobs.files": "the one move primitive, the checkpoints and the barriers: crash tests patch and count them here",
+    "jobs.job": "the names and limits of docs/FORMAT.md (ready and scheduled entries, a spec's size, job ids)",
+    "jobs.lease": "the owner file of docs/FORMAT.md: tests write, age and fence owners by hand",
+    "jobs.ticks": "how a schedule's tick ids are derived: tests predict them, as a member would",
+    "jobs.incoming": "the rules of incoming/: how far ahead a member's `created` may be, when a cut take-in is resumed",
+    "jobs.context": "inside a running job: the `current()` it keeps, which a test forgets between two runs",
+    "jobs.index": "the ready index's clock and batch, which tests fix to say when it rescans",
+    "supervisor.served": "a queue as its manager serves it: the legs benchmark profiles its claim and fork",
+    "supervisor.sweeper": "a sweep as the sweeper child runs it, ending a dead owner's runs first",
+    "supervisor.snapshot": "what `status` and the page read of a queue: attacked and timed in process",
+    "supervisor.web": "the status page in process: attacked with hostile documents, timed by its benchmark",
+    "supervisor.forking": "the exit codes a job's child ends with, as its harvest reads them",
+    "supervisor.running": "a child as its manager holds it: tests end runs without a manager's loop",
+    "supervisor.outcomes": "the harvest of a child's end (and the cancel window it holds an unsent SIGTERM for)",
+    "supervisor.health": "what the harvest reports its store's failures to",
+    "supervisor.containment": "how a run is contained: the run-cost test and its benchmark compare the two modes",
+    "supervisor.watch": "the ready folder's watch: benchmarks time a wake-up against inotify alone",
+    "supervisor.spawner": "how a command job's process starts: benchmarks compare it with a bare fork and exec",
+}
+PUBLIC = {"jobs", "supervisor", "supervisor.cli"}
+
+
+def _internal_imports(tree: ast.AST) -> set[str]:
+    """The modules inside `jobs` and `supervisor` a file imports (`from jobs import files`
+    counts as `jobs.files` when `files` is a module)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] in ("jobs", "supervisor") and _is_module(name)}
+
+
+def _is_module(name: str) -> bool:
+    parts = name.split(".")
+    base = ROOT.joinpath(*parts)
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def _allowed(module: str, user: Path) -> bool:
+    if module in PUBLIC or module in SEAMS or module.startswith("supervisor.cli."):
+        return True
+    if module.startswith("jobs.") and module.removeprefix("jobs.") in jobs.__all__:
+        return True  # a module `jobs` exports (`run_folder`, `output`)
+    own = module.rsplit(".", 1)[-1]
+    return user.stem.startswith(f"test_{own}")  # the module a test file is named for
+
+
+USERS = sorted(path for folder in ("tests", "benchmarks", "examples") for path in (ROOT / folder).rglob("*.py"))
+
+
+def test_tests_and_benchmarks_reach_inside_only_through_the_seams() -> None:
+    rooms = {
+        f"{user.relative_to(ROOT)}: {module}"
+        for user in USERS
+        for module in _internal_imports(ast.parse(user.read_text()))
+        if not _allowed(module, user)
+    }
+    assert not rooms, "import these through `jobs` or `supervisor`, or make them a seam (SEAMS):\n" + "\n".join(
+        sorted(rooms)
+    )
+
+
+def test_every_seam_is_a_module_and_is_used() -> None:
+    used = set().union(*(_internal_imports(ast.parse(user.read_text())) for user in USERS))
+    assert [seam for seam in SEAMS if not _is_module(seam)] == []
+    assert [seam for seam in SEAMS if seam not in used] == [], "a seam no test uses is not one"

@@ -24,16 +24,28 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psutil
 import tenacity
 from setproctitle import setproctitle
 
 from jobs import CannotComplete, Registry
-from jobs.registry import registration_of
 
 registry = Registry()
+F = TypeVar("F", bound=Callable[..., Any])
+NAMES: dict[Callable[..., Any], str] = {}  # each job function's registered name
+
+
+def _job(name: str, **policy: Any) -> Callable[[F], F]:
+    """`registry.job(name=name, ...)`, remembering the name (the behaviours refer to it)."""
+
+    def register(function: F) -> F:
+        NAMES[function] = name
+        return registry.job(name=name, **policy)(function)
+
+    return register
+
 
 HANG_TIMEOUT = 1.0  # jobs that hang are stopped this soon, so they do not hold slots for long
 SAFETY_TIMEOUT = 60.0  # jobs that should finish at once still never hold a slot forever
@@ -61,17 +73,17 @@ class Scratch:
 # -- the jobs ----------------------------------------------------------------
 
 
-@registry.job(name="chaos.succeed", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.succeed", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def succeed(token: str) -> dict[str, Any]:
     return {"token": token}
 
 
-@registry.job(name="chaos.raise", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.raise", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def raise_always(token: str) -> NoReturn:
     raise RuntimeError(f"chaos job {token} raises on every run")
 
 
-@registry.job(name="chaos.flaky", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.flaky", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def flaky(token: str, marker: str) -> dict[str, Any]:
     """Raise on the first run that gets this far, succeed on every later one."""
     try:
@@ -81,30 +93,30 @@ def flaky(token: str, marker: str) -> dict[str, Any]:
     raise RuntimeError(f"chaos job {token} fails its first run")
 
 
-@registry.job(name="chaos.exit", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.exit", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def exit_hard(token: str, code: int) -> NoReturn:
     os._exit(code)
 
 
-@registry.job(name="chaos.segv", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.segv", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def segfault(token: str) -> NoReturn:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # core_pattern may write cores into the cwd
     ctypes.string_at(0)  # a real SIGSEGV, not a signal sent to ourselves
     raise AssertionError("still alive after reading address 0")
 
 
-@registry.job(name="chaos.hang", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
+@_job("chaos.hang", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
 def hang(token: str) -> NoReturn:
     _block_forever()
 
 
-@registry.job(name="chaos.ignore_term", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
+@_job("chaos.ignore_term", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
 def ignore_term(token: str) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _block_forever()
 
 
-@registry.job(name="chaos.fork", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.fork", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def fork(token: str, grandchildren: str) -> dict[str, Any]:
     """Fork two short-lived grandchildren (one leaves the process group), then succeed."""
     pids = [_grandchild(grandchildren, token, SHORT_LIFETIME, leave_group=n == 0, ignore_term=False) for n in range(2)]
@@ -112,7 +124,7 @@ def fork(token: str, grandchildren: str) -> dict[str, Any]:
     return {"token": token, "grandchildren": pids}
 
 
-@registry.job(name="chaos.fork_hang", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
+@_job("chaos.fork_hang", timeout=HANG_TIMEOUT, max_attempts=2, backoff=QUICK_RETRY)
 def fork_hang(token: str, grandchildren: str) -> NoReturn:
     """Fork two grandchildren that ignore SIGTERM (one leaves the process group), then hang:
     only a kill of the whole tree at the timeout ends them before LONG_LIFETIME. First, look
@@ -123,7 +135,7 @@ def fork_hang(token: str, grandchildren: str) -> NoReturn:
     _block_forever()
 
 
-@registry.job(name="chaos.stdout", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.stdout", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def flood_stdout(token: str, size: int) -> dict[str, Any]:
     """Write `size` bytes to stdout, in 1 KiB lines through sys.stdout."""
     line = (token * 1024)[:1023] + "\n"
@@ -132,13 +144,13 @@ def flood_stdout(token: str, size: int) -> dict[str, Any]:
     return {"token": token, "bytes": size // 1024 * 1024}
 
 
-@registry.job(name="chaos.bad_return", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.bad_return", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def bad_return(token: str, kind: str) -> object:
     values: dict[str, object] = {"object": object(), "nan": float("nan"), "set": {token}}
     return {"token": token, "value": values[kind]}
 
 
-@registry.job(name="chaos.cannot", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
+@_job("chaos.cannot", timeout=SAFETY_TIMEOUT, backoff=QUICK_RETRY)
 def cannot(token: str) -> NoReturn:
     raise CannotComplete(f"chaos job {token} can never be completed")
 
@@ -221,9 +233,7 @@ class Behaviour:
 
     @property
     def name(self) -> str:
-        registered = registration_of(self.function)
-        assert registered is not None, f"{self.function} is not registered"
-        return registered.name
+        return NAMES[self.function]
 
 
 def _fixed(text: str) -> Callable[[Mapping[str, Any]], str]:

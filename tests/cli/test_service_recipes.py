@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jobs import parse_duration
-from supervisor.settings import default
+from supervisor import Settings
 from tests.processes import REPO, forkvisor_command
 
 UNIT = REPO / "examples" / "systemd" / "forkvisor@.service"
@@ -40,7 +40,7 @@ def test_the_unit_drains_and_lets_the_drain_finish() -> None:
     service = service_section()
     assert service["Type"] == "notify"
     assert service["KillMode"] == "mixed"  # SIGTERM to the manager only
-    drain = float(default("drain_timeout")) + float(default("kill_grace"))  # type: ignore[arg-type]
+    drain = Settings().drain_timeout + Settings().kill_grace
     assert parse_duration(service["TimeoutStopSec"]) > drain
     assert service["Restart"] == "on-failure"
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from jobs import Call, Queue, QueueError, State, unknown_liveness
-from jobs.reserve import RESERVE_FILE, RESERVE_SIZE
 from tests import sample_jobs
 from tests.faults import fault_jobs
 from tests.faults.conftest import Tmpfs, start_manager, step_cpu
 from tests.processes import REPO, Processes, dump, forkvisor_command, outcome, wait_until
+
+RESERVE_FILE, RESERVE_SIZE = ".purge-reserve", 64 * 1024  # as docs/FORMAT.md says
 
 
 def staged_and_published(queue: Queue) -> dict[str, list[str]]:

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 import jobs.files
-import jobs.handles
 from jobs import (
     ArgumentNotSerializable,
     BadArguments,
@@ -374,13 +373,13 @@ class _Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
         self.calls: list[Any] = []
         if name == "fsync_dir":
-            real_fsync = jobs.handles.Dir.fsync
+            real_sync = jobs.files.sync_folder
 
-            def fsync(folder: jobs.handles.Dir) -> None:
-                self.calls.append(Path(folder.path))
-                real_fsync(folder)
+            def sync_folder(fd: int) -> None:
+                self.calls.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+                real_sync(fd)
 
-            monkeypatch.setattr(jobs.handles.Dir, "fsync", fsync)
+            monkeypatch.setattr(jobs.files, "sync_folder", sync_folder)
             return
         real = getattr(jobs.files, name)
 

@@ -13,24 +13,23 @@ from typing import Any
 
 import pytest
 
-import jobs.submit
+import jobs.files
 from jobs import Call, JobSpec, Queue, new_job_id
-from jobs.folder import indented_json
-from jobs.job import created_at, spec_json
+from jobs.job import created_at, indented_json, spec_json
 
 
 def test_the_enqueued_event_is_in_the_staging_folder_before_job_json(
     queue: Queue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen_when_spec_written: list[list[str]] = []
-    real_write_new = jobs.submit.files.write_new
+    real_write_new = jobs.files.write_new
 
     def write_new(path: Any, data: bytes, **kwargs: Any) -> None:
         folder = kwargs["dir_fd"]  # the staging folder's handle: written through it
         seen_when_spec_written.append(sorted(os.listdir(folder)))  # the real folder, as it is now
         real_write_new(path, data, **kwargs)
 
-    monkeypatch.setattr(jobs.submit.files, "write_new", write_new)
+    monkeypatch.setattr(jobs.files, "write_new", write_new)
     queue.enqueue("sample.echo")
     queue.enqueue_many([Call("sample.echo")])
     assert seen_when_spec_written == [["events"], ["events"]]

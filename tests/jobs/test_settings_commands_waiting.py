@@ -29,7 +29,6 @@ from jobs import (
     format_duration,
     parse_duration,
 )
-from jobs.folder import MARKER
 
 # -- durations ---------------------------------------------------------------------------
 
@@ -103,7 +102,7 @@ def test_configure_stores_checked_values_in_the_marker(queue: Queue) -> None:
         "retention": 604800.0,
     }
     assert settings == {**stored, "output_limit": 8 << 20, "root_jobs": False}
-    assert json.loads((queue.path / MARKER).read_text())["defaults"] == stored
+    assert json.loads((queue.path / "queue.json").read_text())["defaults"] == stored
     assert Queue(queue.path, create=False).settings == settings
 
 
@@ -140,17 +139,17 @@ def test_new_jobs_record_no_default_and_claims_take_the_configured_ones(queue: Q
      ({"backoff": "sometimes"}, "backoff"), ({"max_attempts": None, "colour": None}, "not a queue setting")],
 )  # fmt: skip
 def test_bad_settings_are_refused_and_nothing_is_stored(queue: Queue, changes: dict[str, object], message: str) -> None:
-    before = (queue.path / MARKER).read_bytes()
+    before = (queue.path / "queue.json").read_bytes()
     with pytest.raises(InvalidJob, match=message):
         queue.configure(**changes)
-    assert (queue.path / MARKER).read_bytes() == before
+    assert (queue.path / "queue.json").read_bytes() == before
 
 
 def test_a_hand_broken_setting_is_reported_when_opening(queue_path: Path) -> None:
     Queue(queue_path)
-    marker = json.loads((queue_path / MARKER).read_text())
+    marker = json.loads((queue_path / "queue.json").read_text())
     marker["defaults"]["lease"] = "soon"
-    (queue_path / MARKER).write_text(json.dumps(marker))
+    (queue_path / "queue.json").write_text(json.dumps(marker))
 
     with pytest.raises(QueueError, match=r"bad setting.*lease.*forkvisor config"):
         Queue(queue_path, create=False)
@@ -159,9 +158,9 @@ def test_a_hand_broken_setting_is_reported_when_opening(queue_path: Path) -> Non
 def test_unknown_stored_settings_are_ignored(queue_path: Path) -> None:
     """A newer forkvisor may add settings; this one must still open the queue."""
     Queue(queue_path)
-    marker = json.loads((queue_path / MARKER).read_text())
+    marker = json.loads((queue_path / "queue.json").read_text())
     marker["defaults"]["colour"] = "red"
-    (queue_path / MARKER).write_text(json.dumps(marker))
+    (queue_path / "queue.json").write_text(json.dumps(marker))
     assert "colour" not in Queue(queue_path, create=False).settings
 
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from jobs import Queue, Schedule, State, Timing
+from jobs import Queue, Registry, Schedule, State, Timing
 from jobs import files as job_files
 from jobs import ticks as tick_marks
-from jobs.schedules import declared
 from jobs.ticks import STALE, tick_job_id
+from tests import sample_jobs
 from tests.jobs_processes.invariants import check_invariants
 
 T0 = 1_800_000_000.0  # a multiple of 10 s: ticks of "every 10s" fall on it
@@ -133,7 +133,9 @@ def test_a_paused_schedule_fires_nothing_and_its_ticks_are_skipped(queue: Queue)
 
 
 def test_a_declared_schedule_starts_at_its_first_sight_and_is_described(queue: Queue) -> None:
-    schedule = declared("py", "every 10s", "tasks.work")
+    registry = Registry()
+    registry.periodic("every 10s", name="py")(sample_jobs.ok)
+    [schedule] = registry.schedules
     planner = queue.serving.planner([schedule])
     planner.fire(T0 + 95, 0.0)
     assert tick_jobs(queue, "py") == {}, "ticks before it was first served are not missed ones"

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import NotInJob, Queue, State, command_call, context, current
-from jobs.run_folder import PROGRESS_FILE
+from jobs import NotInJob, Queue, State, command_call, context, current, run_folder
 from tests import sample_jobs
 from tests.processes import Processes, dump, settle, wait_until
 
@@ -61,7 +60,7 @@ def test_progress_shows_in_status_and_show(procs: Processes, queue: Queue, barri
 
     release.touch()
     wait_until(lambda: queue.job(job_id).state is State.DONE, 10, "the job finished")
-    last = json.loads((queue.job(job_id).history[-1].path / PROGRESS_FILE).read_text())
+    last = json.loads((queue.job(job_id).history[-1].path / run_folder.PROGRESS_FILE).read_text())
     assert (last["done"], last["total"]) == (10, 10), "the last call of a tight loop was not written"
     manager.terminate()
     assert procs.wait_exit(manager, 10, "drained manager") == 0

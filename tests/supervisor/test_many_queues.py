@@ -13,8 +13,7 @@ import psutil
 import pytest
 
 from jobs import QUEUE_DEFAULTS, Queue, State, command_call
-from supervisor import Manager
-from supervisor.errors import ConfigError
+from supervisor import ConfigError, Manager
 from tests import sample_jobs
 from tests.processes import APP, APP_PATH, FAST_CLI, Processes, cmdline, dump, is_gone, outcome, settle, wait_until
 

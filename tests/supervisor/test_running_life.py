@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobs import Owner, Queue
-from supervisor.errors import InternalError
+from supervisor import InternalError
 from supervisor.running import LIFE_STEPS, Life, Running, Stop
 
 STEPS = {
