@@ -157,28 +157,30 @@ def _reap(
     now: float,
     is_alive: Liveness,
     end_leftovers: EndLeftovers | None = None,
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
+    """Reap the owner folder `name` if its owner is gone: (jobs moved, owners fenced);
+    None where it is left be (a live owner, one whose runs' leftovers live on, junk quarantined)."""
     owner_dir = claimed / name
     problem = entry_problem(owner_dir)
     if problem:
         folder.quarantine(owner_dir, f"{problem} (claimed/ holds owner folders only)", now)
-        return 0, 0
+        return None
     if name.startswith(REAPING_PREFIX):
         return revert.all(owner_dir, f"owner {name[len(REAPING_PREFIX) :]} was being reaped", now), 0
     if not is_owner_name(name):
         folder.quarantine(owner_dir, "not an owner folder (HOST.PID.XXXXXX)", now)
-        return 0, 0
+        return None
     cause, owner = _why_gone(owner_dir, now, is_alive)
     if cause is None:
-        return 0, 0
+        return None
     if owner is not None and end_leftovers is not None and not end_leftovers(owner):
         log.warning("not reaping %s yet (%s): what its runs left on this host is not gone yet", name, cause)
-        return 0, 0  # no run may overlap its retry on this host: the next sweep tries again
+        return None  # no run may overlap its retry on this host: the next sweep tries again
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
         moves.fence(claimed / name, fenced)
     except (FileNotFoundError, MoveCollision):
-        return 0, 0  # another sweeper is reaping it
+        return None  # another sweeper is reaping it
     files.checkpoint("reap:fenced")
     log.warning("reaping %s: %s", name, cause)
     return revert.all(fenced, cause, now), 1
@@ -258,26 +260,26 @@ class _Reverter:
         for name in names:
             if name not in keep:
                 place = parent.dir / f"{parent.name}/{name}"
-                reverted += self.skips.guarded("claimed job", name, self.entry, place, cause, now) or 0
+                moved: int | None = self.skips.guarded("claimed job", name, self.entry, place, cause, now)
+                reverted += moved or 0
         return reverted
 
-    def entry(self, place: Entry, cause: str, now: float) -> int:
-        """Send back one entry of an owner folder; 1 if it was a job that moved."""
-        folder = self.folder
+    def entry(self, place: Entry, cause: str, now: float) -> int | None:
+        """Send back one entry of an owner folder; 1 if it was a job that moved, else None."""
         job_id = os.path.basename(place.name)
         problem = None if is_job_id(job_id) else "not a job id"
         problem = problem or entry_problem(place)
         if problem:
-            folder.quarantine(place, problem, now)
-            return 0
+            self.folder.quarantine(place, problem, now)
+            return None
         try:
             self.job(place, job_id, cause, now)
         except FileNotFoundError:
-            return 0  # another sweeper moved it first
+            return None  # another sweeper moved it first
         except MoveCollision:
             why = f"job {job_id} cannot go back: a job with this id is already in ready/ or dead/ (a copy?)"
-            folder.quarantine(place, why, now)
-            return 0
+            self.folder.quarantine(place, why, now)
+            return None
         return 1
 
     def job(self, place: Entry, job_id: str, cause: str, now: float) -> None:

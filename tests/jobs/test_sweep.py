@@ -3,6 +3,7 @@ finishing an interrupted reap, promoting due retries, clearing `tmp/`."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -10,8 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from jobs import Call, Claim, ClaimLost, JobOptions, Owner, Queue, State, new_job_id, unknown_liveness
+import jobs.lease
+from jobs import (
+    Call,
+    Claim,
+    ClaimLost,
+    InvalidJob,
+    JobOptions,
+    Owner,
+    Queue,
+    State,
+    files,
+    new_job_id,
+    unknown_liveness,
+)
 from jobs.job import scheduled_name
+from jobs.sweep import Skips
 
 from .conftest import Hand
 
@@ -399,3 +414,159 @@ def test_note_lost_of_a_purged_job_does_nothing(queue: Queue, owner: Owner) -> N
         "done": 0,
         "dead": 0,
     }
+
+
+# -- what a sweep says it did, exactly, where it leaves an owner folder be ----------------
+
+
+def _left_be(queue: Queue, hand: Hand, owner: Owner, situation: str) -> tuple[float, dict[str, object]]:
+    """Set up `situation` in claimed/ beside `owner`'s claim; return the sweep's `now` and its
+    other arguments."""
+    claimed = hand.dir(State.CLAIMED)
+    now = hand.heartbeat_of(owner) + 1  # the owner is alive unless the situation says otherwise
+    if situation == "a file":
+        (claimed / "stray.txt").write_text("not an owner folder\n")
+    elif situation == "a folder not named for an owner":
+        (claimed / "not-an-owner").mkdir()
+    elif situation == "leftovers not ended yet":
+        return hand.expired_now(owner), {"end_leftovers": lambda found: False}
+    return now, {}
+
+
+@pytest.mark.parametrize(
+    ("situation", "claimed_after", "quarantined"),
+    [
+        ("a file", 1, 1),
+        ("a folder not named for an owner", 1, 1),
+        ("a live owner", 1, 0),
+        ("leftovers not ended yet", 1, 0),
+    ],
+)
+def test_a_sweep_that_leaves_an_owner_be_says_it_moved_nothing(
+    queue: Queue, owner: Owner, hand: Hand, situation: str, claimed_after: int, quarantined: int
+) -> None:
+    """Every way a sweep can leave an owner folder where it is, the counts it returns say so
+    exactly (the sweeper's stats and `status` add them up): nothing reverted, no owner expired."""
+    job_id = queue.enqueue("sample.echo")
+    claim_one(queue, owner)
+    now, more = _left_be(queue, hand, owner, situation)
+    result = queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS, **more)  # type: ignore[arg-type]
+    assert result == swept()
+    assert queue.job(job_id).state is State.CLAIMED
+    assert queue.counts()["claimed"] == claimed_after
+    assert len([name for name in hand.names("quarantine") if name.endswith(".why")]) == quarantined
+
+
+def test_a_fence_left_by_a_dead_sweeper_is_finished_and_no_owner_counted_again(
+    queue: Queue, owner: Owner, hand: Hand
+) -> None:
+    """A sweeper died after fencing an owner (`claimed/reaping.OWNER`): the next sweep sends
+    its jobs back, counted as reverted, and counts no owner expired (the dead sweeper did)."""
+    job_id = queue.enqueue("sample.echo")
+    claim_one(queue, owner)
+    claimed = hand.dir(State.CLAIMED)
+    os.rename(claimed / owner.name, claimed / f"reaping.{owner.name}")
+    assert queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS) == swept(reverted=1)
+    assert queue.job(job_id).state is State.READY
+    assert hand.names(State.CLAIMED) == []
+
+
+def test_an_owner_reaped_by_another_sweeper_meanwhile_is_counted_once(queue: Queue, owner: Owner, hand: Hand) -> None:
+    """Between this sweep's fence and its listing of the fenced folder, another sweeper
+    finishes the reap: this one moved no job (it says 0) and the job is ready once."""
+    job_id = queue.enqueue("sample.echo")
+    claim_one(queue, owner)
+    now = hand.expired_now(owner)
+    other: list[dict[str, int]] = []
+
+    def the_other_finishes(point: str) -> None:
+        if point == "reap:fenced" and not other:
+            other.append({})
+            other[0] = Queue(queue.path).serving.sweep(now=now, is_alive=NOBODY_KNOWS)
+
+    files.checkpoint_hook = the_other_finishes
+    try:
+        mine = queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS)
+    finally:
+        files.checkpoint_hook = None
+    assert other == [swept(reverted=1)]
+    assert mine == swept(expired=1)
+    assert hand.names(State.READY) == [f"100.{job_id}"]
+
+
+def test_an_owner_file_is_read_up_to_64_kib(queue: Queue, owner: Owner, hand: Hand) -> None:
+    """An owner file past 64 KiB is not read (a member's or a corrupted one must not cost a
+    sweep its memory): the owner is judged as one without a readable file, by its folder's age."""
+    queue.enqueue("sample.echo")
+    claim_one(queue, owner)
+    path = hand.dir(State.CLAIMED) / owner.name / ".owner.json"
+    padded = path.read_text().rstrip("\n") + " " * (1 << 16) + "\n"  # still valid JSON, the same owner
+    path.write_text(padded)
+    folder_age = os.stat(path.parent).st_mtime
+    assert queue.serving.sweep(now=folder_age + 1, is_alive=lambda found: False) == swept()  # (dead, if read)
+    assert queue.serving.sweep(now=folder_age + 3601, is_alive=NOBODY_KNOWS) == swept(reverted=1, expired=1)
+
+
+def test_an_owner_folder_without_a_readable_file_is_given_until_the_default_lease(queue: Queue, hand: Hand) -> None:
+    """A folder in claimed/ named as an owner but with no owner file may be a registration in
+    progress: it is reaped once its folder is older than the default lease, not at it."""
+    folder = hand.dir(State.CLAIMED) / Owner.new().name
+    folder.mkdir()
+    at = os.stat(folder).st_mtime + jobs.lease.DEFAULT_LEASE
+    assert queue.serving.sweep(now=at, is_alive=NOBODY_KNOWS) == swept()
+    assert queue.serving.sweep(now=at + 0.01, is_alive=NOBODY_KNOWS) == swept(expired=1)
+    assert hand.names(State.CLAIMED) == []
+
+
+# -- what a sweep skips, and what it does not -----------------------------------------------
+
+
+def _fails(exc: BaseException) -> None:
+    raise exc
+
+
+@pytest.mark.parametrize(
+    "exc", [PermissionError(errno.EACCES, "denied"), NotADirectoryError(errno.ENOTDIR, "no"), InvalidJob("bad")]
+)
+def test_an_entry_s_own_problem_is_skipped_and_kept_for_status(exc: BaseException) -> None:
+    skips = Skips()
+    assert skips.guarded("owner folder", "x", _fails, exc) is None
+    assert (skips.count, skips.found) == (1, {"owner folder 'x'": str(exc)})
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO])
+def test_a_store_wide_failure_is_not_an_entry_s_and_stops_the_chore(code: int) -> None:
+    skips = Skips()
+    with pytest.raises(OSError, match=os.strerror(code)) as raised:
+        skips.guarded("owner folder", "x", _fails, OSError(code, os.strerror(code)))
+    assert raised.value.errno == code
+    assert (skips.count, skips.found) == (0, {})
+
+
+def test_a_sweep_keeps_why_for_its_first_100_skips_and_counts_them_all() -> None:
+    skips = Skips()
+    for n in range(150):
+        skips.guarded("tmp/ entry", str(n), _fails, InvalidJob(f"bad {n}"))
+    assert skips.count == 150
+    assert list(skips.found) == [f"tmp/ entry '{n}'" for n in range(100)]
+    assert skips.guarded("tmp/ entry", "fine", lambda: 7) == 7
+
+
+@pytest.mark.parametrize("left", ["a file", "a folder"])
+def test_a_lost_completion_s_result_does_not_stand_for_the_job_sent_back(
+    queue: Queue, owner: Owner, hand: Hand, left: str
+) -> None:
+    """A manager died in its completion, after linking the run's result into the job folder
+    and before the move to done/: the job goes back to ready/ without it (the next run's
+    result, or none, will stand); a folder in its place is kept aside in quarantine/."""
+    job_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    stale = claim.path / "result.json"
+    if left == "a file":
+        stale.write_text('"stale"\n')
+    else:
+        stale.mkdir()
+    assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS) == swept(reverted=1, expired=1)
+    assert not os.path.lexists(queue.job(job_id).path / "result.json")
+    kept = [name for name in hand.names("quarantine") if not name.endswith(".why")]
+    assert len(kept) == (1 if left == "a folder" else 0)

@@ -11,6 +11,7 @@ import ast
 import bisect
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 OPERATORS = ("compare", "boolop", "not", "drop-call", "swap", "int", "bool", "return-none")
@@ -323,7 +324,7 @@ def _names(statement: ast.stmt) -> tuple[set[str], set[str]] | None:
         return None
     targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
     writes = {_dotted(target) for target in targets}
-    nodes = list(ast.walk(statement.value))
+    nodes = list(_evaluated(statement.value))
     effects = ast.Call | ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr
     if None in writes or any(isinstance(node, effects) for node in nodes):
         return None
@@ -333,6 +334,18 @@ def _names(statement: ast.stmt) -> tuple[set[str], set[str]] | None:
     if isinstance(statement, ast.AugAssign):
         reads |= {name for name in writes if name}  # `x += 1` reads x too
     return {name for name in writes if name}, reads
+
+
+def _evaluated(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of an expression that run when it is evaluated: a lambda's body runs only
+    when it is called (later), so neither its calls nor its reads count here."""
+    yield node
+    children = (
+        [*node.args.defaults, *node.args.kw_defaults] if isinstance(node, ast.Lambda) else ast.iter_child_nodes(node)
+    )
+    for child in children:
+        if child is not None:
+            yield from _evaluated(child)
 
 
 def _dotted(node: ast.AST) -> str | None:

@@ -109,6 +109,22 @@ def test_assignments_to_attributes_of_one_object_commute_unless_one_reads_the_ot
     assert swaps == ["`self.c = self.b` moved above `self.b = []`"]
 
 
+def test_a_lambda_s_body_runs_later_so_its_calls_do_not_keep_a_swap() -> None:
+    code = """
+    def f(folder):
+        chores = [lambda: clean(folder), lambda: count(done)]
+        done = {}
+        later = [lambda x=measure(): x]
+        first = {}
+    """
+    swaps = [m.description for m in mutants(code) if m.operator == "swap"]
+    # chores/done commute (the lambdas read `done` when called); a default is evaluated now.
+    assert swaps == [
+        "`later = [lambda x=measure(): x]` moved above `done = {}`",
+        "`first = {}` moved above `later = [lambda x=measure(): x]`",
+    ]
+
+
 def test_what_is_left_alone() -> None:
     code = '''
     """Docstring with 1 < 2."""
