@@ -535,3 +535,22 @@ def test_a_result_changed_between_its_check_and_its_link_is_not_taken(
     assert queue.job(job_id).state is State.DONE
     assert sorted(os.listdir(done)) == ["attempt-1", "attempts", "events", "job.json"], "no result, nor a link staged"
     assert queue.job(job_id).result is None
+
+
+def test_a_claim_makes_durable_only_its_count(queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim's barriers: the run's count is on disk before the job runs; the claim's
+    rename and the run's `policy.json` are not synced (after a power cut the job is ready
+    again, or the sweeper resolves the policy anew). A barrier more is a cost on every job."""
+    queue.enqueue("sample.echo")
+    written: list[tuple[str, bool]] = []
+    for name in ("write_new", "replace_file"):
+        real = getattr(files, name)
+
+        def spy(path: Any, data: bytes, *, durable: bool, real: Any = real, **rest: Any) -> Any:
+            written.append((os.path.basename(os.fspath(path)), durable))
+            return real(path, data, durable=durable, **rest)
+
+        monkeypatch.setattr(files, name, spy)
+    claim_one(queue, owner)
+    files_named = [(name, durable) for name, durable in written if not name.startswith(".")]  # (not the staged)
+    assert sorted(files_named) == [("attempts", True), ("policy.json", False)]
