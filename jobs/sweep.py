@@ -425,7 +425,11 @@ def purge(
     `budget`, each job's tree is removed only that far; sweeps finish the rest."""
     if not state.terminal:
         raise WrongState(f"cannot purge {state.value} jobs: only done and dead jobs can be purged")
-    victims = [(place, job_id) for place, job_id in view.entries(folder, state) if _old(place, now, older_than)]
+    victims = [
+        (place, job_id)
+        for place, job_id in view.entries(folder, state)
+        if (changed := _last_change(place)) is not None and now - changed >= older_than
+    ]
     if dry_run:
         return sorted(job_id for _, job_id in victims)
     purged = []
@@ -476,14 +480,13 @@ def _free_output(place: Entry) -> None:
         files.unlink_regular(RESULT_FILE, job.fd)
 
 
-def _old(place: Entry, now: float, older_than: float) -> bool:
-    """Whether the job at `place` last changed over `older_than` seconds before `now`."""
+def _last_change(place: Entry) -> float | None:
+    """When the job at `place` last changed (its last event); None if it moved meanwhile."""
     try:
         with place.open() as job:
             try:
-                changed = job.lstat(EVENTS_FILE).st_mtime
+                return job.lstat(EVENTS_FILE).st_mtime
             except FileNotFoundError:
-                changed = os.fstat(job.fd).st_mtime
+                return os.fstat(job.fd).st_mtime
     except FileNotFoundError:
-        return False  # moved meanwhile
-    return now - changed >= older_than
+        return None

@@ -570,3 +570,32 @@ def test_a_lost_completion_s_result_does_not_stand_for_the_job_sent_back(
     assert not os.path.lexists(queue.job(job_id).path / "result.json")
     kept = [name for name in hand.names("quarantine") if not name.endswith(".why")]
     assert len(kept) == (1 if left == "a folder" else 0)
+
+
+def test_a_tmp_entry_is_abandoned_only_once_older_than_the_age_given(queue: Queue, hand: Hand) -> None:
+    now = 1_000_000.0  # whole seconds: the age is exact
+    entry = hand.job_dir(hand.dir("tmp"), new_job_id(), None)
+    hand.age(entry, 10, now)
+    assert queue.serving.sweep(now=now, is_alive=NOBODY_KNOWS, tmp_age=10)["abandoned"] == 0
+    assert queue.serving.sweep(now=now + 1, is_alive=NOBODY_KNOWS, tmp_age=10)["abandoned"] == 1
+
+
+@pytest.mark.parametrize(("age", "purged"), [(59.0, False), (60.0, True)])
+def test_a_purge_takes_jobs_whose_last_change_is_as_old_as_asked(
+    queue: Queue, owner: Owner, hand: Hand, age: float, purged: bool
+) -> None:
+    job_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    queue.serving.complete(claim)
+    changed = 1_000_000.0
+    os.utime(hand.dir(State.DONE) / job_id / "events", (changed, changed))
+    assert queue.purge(State.DONE, older_than=60.0, now=changed + age) == ([job_id] if purged else [])
+
+
+def test_a_promotion_of_a_job_that_is_not_there_says_so(queue: Queue) -> None:
+    """The manager promotes a retry when it is due; another manager's sweep may have done it."""
+    job_id = queue.with_options(delay=30.0).enqueue("sample.echo")
+    [name] = os.listdir(queue.path / "scheduled")
+    due = int(name.split(".")[0]) / 1000  # the name holds milliseconds
+    assert queue.serving.promote(job_id, 0, due, now=due + 1) is True
+    assert queue.serving.promote(job_id, 0, due, now=due + 1) is False, "promoted already"

@@ -195,9 +195,9 @@ def test_a_firer_killed_after_taking_the_tick_has_its_job_published_by_a_sweep(q
     assert os.listdir(queue.path / "tmp") == [job_id]
     assert queue.serving.planner().fire(T0 + 11, 1.0)[0] == 0, "the tick is taken: no second job"
     swept_at = (queue.path / "tmp" / job_id).stat().st_mtime
-    queue.serving.sweep(swept_at + STALE / 2, lambda owner: None)
+    assert queue.serving.sweep(swept_at + STALE / 2, lambda owner: None)["abandoned"] == 0
     assert os.listdir(queue.path / "tmp") == [job_id], "its firer may only be slow: too early to publish"
-    queue.serving.sweep(swept_at + STALE + 1, lambda owner: None)
+    assert queue.serving.sweep(swept_at + STALE + 1, lambda owner: None)["abandoned"] == 1
     assert os.listdir(queue.path / "tmp") == []
     assert queue.job(job_id).state is State.READY
     assert tick_jobs(queue) == {int(T0 + 10): [job_id]}

@@ -81,8 +81,11 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/jobs/test_depends.py",
         "tests/jobs/test_view_counts_in_motion.py",
         "tests/jobs/test_queue_folder.py",
+        "tests/jobs/test_ticks.py",
         "tests/jobs_processes/test_crash_points.py",
         "tests/supervisor/test_sweeper.py",
+        "tests/faults/test_disk_full.py::test_purge_frees_a_full_disk_of_jobs_with_no_output",
+        "tests/faults/test_disk_full.py::test_purge_frees_space_on_a_full_disk",
     ),
     "jobs/lease.py": (
         "tests/jobs/test_decisions.py",

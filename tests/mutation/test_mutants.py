@@ -125,6 +125,25 @@ def test_a_lambda_s_body_runs_later_so_its_calls_do_not_keep_a_swap() -> None:
     ]
 
 
+def test_no_return_none_where_the_type_checker_refuses_it() -> None:
+    code = """
+    def strict(x) -> bool:
+        return x > 1
+    def loose(x) -> bool | None:
+        return x > 2
+    def unsure(x):
+        return x > 3
+    def generic(x: T) -> T:
+        return x
+    """
+    found = [m.description for m in mutants(code) if m.operator == "return-none"]
+    assert found == [
+        "`return x > 2` -> `return None`",
+        "`return x > 3` -> `return None`",
+        "`return x` -> `return None`",
+    ]
+
+
 def test_what_is_left_alone() -> None:
     code = '''
     """Docstring with 1 < 2."""
@@ -134,7 +153,7 @@ def test_what_is_left_alone() -> None:
         limit = 3
     log.warning("x %d", 1 < 2)
     files.checkpoint("claim:moved")
-    def f(a: int = 5, *, b: bool = True) -> list[int]:
+    def f(a: int = 5, *, b: bool = True) -> list[int] | None:
         """Returns 1 and 2."""
         y: int
         return g(f"{a > 1}")
