@@ -28,6 +28,7 @@ import pytest
 from jobs import (
     CANCEL_FILE,
     DRAIN,
+    Cause,
     Claim,
     ClaimLost,
     Functions,
@@ -35,6 +36,7 @@ from jobs import (
     Owner,
     Paused,
     Queue,
+    Reason,
     Registry,
     RunEnd,
     State,
@@ -144,6 +146,17 @@ def test_an_owner_file_is_written_as_docs_format_shows_it_byte_for_byte() -> Non
     owner = Owner(**json.loads(shown))
     assert owner.to_json().decode() == shown
     assert Owner.from_json(shown.encode()) == owner
+
+
+def test_a_cause_and_a_run_s_end_are_values_no_holder_can_change() -> None:
+    """The manager decodes a run's end once and the store decides from it; a cause is
+    written as error.json and logged: neither may change on the way."""
+    cause = Cause(Reason.INVALID, "bad job.json")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cause.message = "other"  # type: ignore[misc]
+    end = _drained()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        end.stop = None  # type: ignore[misc]
 
 
 def test_an_owner_is_a_value_no_holder_can_change() -> None:
