@@ -260,7 +260,7 @@ class Serving:
 
     def promote_due(self, now: float | None = None) -> list[str]:
         """Move every due `scheduled/` job to `ready/` now; return their ids."""
-        return sweep.promote_due(self.folder, _now(now), self.index.add)
+        return sweep.promote_due(self.folder, _now(now), self.index.add, sweep.Skips())
 
     def promote(self, job_id: str, priority: int, due: float, now: float | None = None) -> bool:
         """Promote one scheduled job by the name its `fail` gave it, without listing

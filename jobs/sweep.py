@@ -129,21 +129,19 @@ def reap_owners(
     now: float,
     is_alive: Liveness,
     on_ready: Callable[[str], None],
-    functions: Functions | None = None,
-    skips: Skips | None = None,
-    end_leftovers: EndLeftovers | None = None,
+    functions: Functions | None,
+    skips: Skips,
+    end_leftovers: EndLeftovers | None,
 ) -> tuple[int, int]:
     """Return claims of dead or expired owners to the queue; return how many jobs moved and
     how many owners were found dead or expired (and fenced) by this sweep. Before an
     owner's claims go back, `end_leftovers` ends what its runs left on this host.
     A lost run's attempt limit is the one its claimer recorded (`attempt-N/policy.json`),
     else the one `functions` and the queue resolve."""
-    skips = skips or Skips()
     revert = _Reverter(folder, on_ready, functions, skips)
-    claimed = folder.at(State.CLAIMED)
     jobs = owners = 0
-    for name in claimed.names():
-        reaped = skips.guarded("owner folder", name, _reap, folder, revert, claimed, name, now, is_alive, end_leftovers)
+    for name in folder.at(State.CLAIMED).names():
+        reaped = skips.guarded("owner folder", name, _reap, folder, revert, name, now, is_alive, end_leftovers)
         moved, fenced = reaped or (0, 0)
         jobs, owners = jobs + moved, owners + fenced
     return jobs, owners
@@ -152,14 +150,14 @@ def reap_owners(
 def _reap(
     folder: QueueFolder,
     revert: _Reverter,
-    claimed: Dir,
     name: str,
     now: float,
     is_alive: Liveness,
-    end_leftovers: EndLeftovers | None = None,
+    end_leftovers: EndLeftovers | None,
 ) -> tuple[int, int] | None:
     """Reap the owner folder `name` if its owner is gone: (jobs moved, owners fenced);
     None where it is left be (a live owner, one whose runs' leftovers live on, junk quarantined)."""
+    claimed = folder.at(State.CLAIMED)
     owner_dir = claimed / name
     problem = entry_problem(owner_dir)
     if problem:
@@ -327,11 +325,8 @@ def _mark_lost_attempt(folder: QueueFolder, job: Dir, cause: str) -> None:
             folder.write_json(run / OUTCOME_FILE, {"lost": True, "error": f"the attempt was lost: {cause}"})
 
 
-def promote_due(
-    folder: QueueFolder, now: float, on_ready: Callable[[str], None], skips: Skips | None = None
-) -> list[str]:
+def promote_due(folder: QueueFolder, now: float, on_ready: Callable[[str], None], skips: Skips) -> list[str]:
     """Move every due `scheduled/` job to `ready/`; return their ids."""
-    skips = skips or Skips()
     scheduled = folder.at(State.SCHEDULED)
     promoted = []
     for name in sorted(scheduled.names()):
@@ -348,8 +343,8 @@ def promote_due(
 
 def promote_one(folder: QueueFolder, name: str, now: float, on_ready: Callable[[str], None]) -> bool:
     """Move the due `scheduled/` entry `name` to `ready/`; False if it is gone or not a job."""
-    place = folder.at(State.SCHEDULED) / name
     parsed = parse_scheduled_name(name)
+    place = folder.at(State.SCHEDULED) / name
     problem = entry_problem(place)
     if parsed is None or problem:
         if problem:
@@ -372,13 +367,12 @@ def clear_tmp(
     folder: QueueFolder,
     now: float,
     max_age: float,
-    skips: Skips | None = None,
-    on_ready: Callable[[str], None] = lambda name: None,
+    skips: Skips,
+    on_ready: Callable[[str], None],
 ) -> int:
     """Quarantine submissions left in `tmp/` longer than `max_age`; publish the jobs of
     ticks whose firer died after taking the tick; finish interrupted purges (a part of
     each per sweep: a tree may be deep)."""
-    skips = skips or Skips()
     names = folder.tmp.names()
     return sum(skips.guarded("tmp/ entry", name, _clear, folder, name, now, max_age, on_ready) or 0 for name in names)
 

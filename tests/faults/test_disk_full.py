@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import Call, Queue, QueueError, State, unknown_liveness
+from jobs import Call, Owner, Queue, QueueError, State, unknown_liveness
 from tests import sample_jobs
 from tests.faults import fault_jobs
 from tests.faults.conftest import Tmpfs, start_manager, step_cpu
@@ -275,3 +275,50 @@ def test_cancel_works_on_a_full_disk(tmpfs: Tmpfs) -> None:
     ]
     assert queue.job(waiting).state is State.DEAD
     assert (owner_dir / running / "cancel").exists(), "the marker is made, empty if need be"
+
+
+@pytest.mark.parametrize("output", ["stdout", "result"])
+def test_purge_frees_a_job_s_own_output_when_the_room_kept_is_gone(tmpfs: Tmpfs, output: str) -> None:
+    """No room kept (`.purge-reserve` gone) and the disk full: the purge deletes the job's
+    output first, its run's stdout or its result (the run's file and the job's link to it,
+    or no block comes free), and records the job in the room that made."""
+    queue = Queue(tmpfs.path / "queue")
+    [job_id] = _done_jobs_with_output(queue, 1, 0)
+    run = queue.path / "done" / job_id / "attempt-1"
+    if output == "stdout":
+        (run / "stdout").write_bytes(b"x" * 100_000)
+    else:
+        (run / "result.json").write_bytes(b'"' + b"x" * 100_000 + b'"\n')
+        os.link(run / "result.json", run.parent / "result.json")
+    (queue.path / RESERVE_FILE).unlink()
+    tmpfs.fill()
+    assert queue.purge(State.DONE, older_than=0) == [job_id]
+    assert (queue.path / "purged.log").read_text().split()[-1] == job_id
+
+
+def test_purge_on_a_full_disk_with_nothing_to_free_says_the_disk_is_full(tmpfs: Tmpfs) -> None:
+    queue = Queue(tmpfs.path / "queue")
+    [job_id] = _done_jobs_with_output(queue, 1, 0)
+    (queue.path / RESERVE_FILE).unlink()
+    tmpfs.fill()
+    with pytest.raises(OSError, match="No space left"):
+        queue.purge(State.DONE, older_than=0)
+    assert queue.job(job_id).state is State.DONE, "not purged unrecorded"
+
+
+def test_a_sweep_on_a_full_disk_runs_every_chore_and_raises_the_first_failure(tmpfs: Tmpfs) -> None:
+    """Returning a dead owner's job needs a block (its lost run's outcome): that chore fails,
+    the promotion of a due job (a rename) still runs, and the sweep raises the failure after
+    them, so its sweeper says the sweep failed and tries again."""
+    queue = Queue(tmpfs.path / "queue")
+    owner = Owner.new(lease=60.0)
+    queue.serving.register_owner(owner)
+    queue.enqueue("sample.ok")
+    claim = queue.serving.claim(owner.name)
+    assert claim is not None
+    due = queue.with_options(delay=1.0).enqueue("sample.ok")
+    tmpfs.fill()
+    with pytest.raises(OSError, match="No space left"):
+        queue.serving.sweep(time.time() + 3600, unknown_liveness)
+    assert queue.job(due).state is State.READY, "the promotion ran, after the reap failed"
+    assert queue.job(claim.job_id).state is State.CLAIMED, "not returned without its lost run's outcome"

@@ -599,3 +599,28 @@ def test_a_promotion_of_a_job_that_is_not_there_says_so(queue: Queue) -> None:
     due = int(name.split(".")[0]) / 1000  # the name holds milliseconds
     assert queue.serving.promote(job_id, 0, due, now=due + 1) is True
     assert queue.serving.promote(job_id, 0, due, now=due + 1) is False, "promoted already"
+
+
+def test_a_fenced_folder_that_cannot_be_listed_costs_only_that_owner(
+    queue: Queue, owner: Owner, hand: Hand, tmp_path: Path
+) -> None:
+    """The fenced owner folder is replaced under the sweep (here by a file): the sweep counts
+    the owner expired and no job moved, goes on with its chores, and the next sweep puts the
+    file aside."""
+    queue.enqueue("sample.echo")
+    claim_one(queue, owner)
+    fenced = hand.dir(State.CLAIMED) / f"reaping.{owner.name}"
+
+    def replaced(point: str) -> None:
+        if point == "reap:fenced":
+            os.rename(fenced, tmp_path / "aside")
+            fenced.write_text("not a folder\n")
+
+    files.checkpoint_hook = replaced
+    try:
+        assert queue.serving.sweep(now=hand.expired_now(owner), is_alive=NOBODY_KNOWS) == swept(expired=1)
+    finally:
+        files.checkpoint_hook = None
+    queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
+    assert hand.names(State.CLAIMED) == []
+    assert len([name for name in hand.names("quarantine") if name.endswith(".why")]) == 1

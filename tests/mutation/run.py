@@ -86,6 +86,9 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/supervisor/test_sweeper.py",
         "tests/faults/test_disk_full.py::test_purge_frees_a_full_disk_of_jobs_with_no_output",
         "tests/faults/test_disk_full.py::test_purge_frees_space_on_a_full_disk",
+        "tests/faults/test_disk_full.py::test_purge_frees_a_job_s_own_output_when_the_room_kept_is_gone",
+        "tests/faults/test_disk_full.py::test_purge_on_a_full_disk_with_nothing_to_free_says_the_disk_is_full",
+        "tests/faults/test_disk_full.py::test_a_sweep_on_a_full_disk_runs_every_chore_and_raises_the_first_failure",
     ),
     "jobs/lease.py": (
         "tests/jobs/test_decisions.py",
