@@ -624,3 +624,50 @@ def test_a_fenced_folder_that_cannot_be_listed_costs_only_that_owner(
     queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
     assert hand.names(State.CLAIMED) == []
     assert len([name for name in hand.names("quarantine") if name.endswith(".why")]) == 1
+
+
+def test_a_purge_cut_short_is_finished_a_budget_at_a_time(queue: Queue, hand: Hand) -> None:
+    """A sweep removes at most 2,000 entries of a purge left in tmp/, as docs/FORMAT.md says
+    (a deep tree must not hold a sweep up), and the next sweep goes on where it stopped."""
+    doomed = hand.dir("tmp") / f".purge.{new_job_id()}"
+    doomed.mkdir()
+    for n in range(2_000):  # with the folder itself, one entry more than a sweep removes
+        (doomed / str(n)).touch()
+    assert queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)["abandoned"] == 1
+    assert doomed.exists()
+    assert os.listdir(doomed) == []
+    queue.serving.sweep(now=time.time(), is_alive=NOBODY_KNOWS)
+    assert not doomed.exists()
+
+
+def test_a_done_job_without_events_is_purged_by_its_folder_s_age(queue: Queue, owner: Owner, hand: Hand) -> None:
+    job_id = queue.enqueue("sample.echo")
+    queue.serving.complete(claim_one(queue, owner))
+    folder = hand.dir(State.DONE) / job_id
+    (folder / "events").unlink()
+    os.utime(folder, (1_000_000.0, 1_000_000.0))
+    assert queue.purge(State.DONE, older_than=60.0, now=1_000_059.0) == []
+    assert queue.purge(State.DONE, older_than=60.0, now=1_000_060.0) == [job_id]
+
+
+def test_a_promotion_another_promoter_made_first_is_not_counted_twice(
+    queue: Queue, hand: Hand, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two managers promote the same due retry: the one whose rename finds it gone says it
+    promoted nothing (a retry is announced, and counted, once)."""
+    job_id = queue.with_options(delay=30.0).enqueue("sample.echo")
+    [name] = os.listdir(queue.path / "scheduled")
+    due = int(name.split(".")[0]) / 1000
+    other, real_move = Queue(queue.path), files.move
+    first: list[bool] = []
+
+    def the_other_first(src: str, dst: str, **handles: int | None) -> None:
+        if not first:
+            first.append(False)  # (its own move passes through here too)
+            first[0] = other.serving.promote(job_id, 0, due, now=due + 1)
+        real_move(src, dst, **handles)
+
+    monkeypatch.setattr(files, "move", the_other_first)
+    assert queue.serving.promote(job_id, 0, due, now=due + 1) is False
+    assert first == [True]
+    assert hand.names(State.READY) == [f"100.{job_id}"]
