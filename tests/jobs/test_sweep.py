@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -671,3 +672,13 @@ def test_a_promotion_another_promoter_made_first_is_not_counted_twice(
     assert queue.serving.promote(job_id, 0, due, now=due + 1) is False
     assert first == [True]
     assert hand.names(State.READY) == [f"100.{job_id}"]
+
+
+def test_a_due_job_whose_id_is_ready_already_is_put_aside_not_counted(queue: Queue, hand: Hand) -> None:
+    job_id = queue.with_options(delay=30.0).enqueue("sample.echo")
+    [name] = os.listdir(queue.path / "scheduled")
+    due = int(name.split(".")[0]) / 1000
+    shutil.copytree(queue.path / "scheduled" / name, queue.path / "ready" / f"100.{job_id}")  # a copy
+    assert queue.serving.promote(job_id, 0, due, now=due + 1) is False
+    assert hand.names(State.SCHEDULED) == []
+    assert len([entry for entry in hand.names("quarantine") if entry.endswith(".why")]) == 1
