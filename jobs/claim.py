@@ -433,21 +433,19 @@ def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Non
 def _stage_result(job: Dir, run: int, staging: str) -> str | None:
     """Hard-link run `run`'s `result.json` into the job's folder as `staging`; return that
     name, or None when the run left no regular file there. The run's folder is the job's to
-    write: what was looked at may be replaced before the link, so the link is of the entry
-    itself (`follow_symlinks=False`) and is looked at again where the job cannot write."""
+    write, so the entry itself is linked (`follow_symlinks=False`: a link stays a link) and
+    only then looked at, in the job's folder, where the job cannot replace it."""
     try:
         with job.sub(f"attempt-{run}") as folder:
-            if not stat.S_ISREG(folder.lstat(RESULT_FILE).st_mode):
-                return None
             files.checkpoint("complete:result-checked")
             os.link(RESULT_FILE, staging, src_dir_fd=folder.fd, dst_dir_fd=job.fd, follow_symlinks=False)
     except OSError as exc:
-        if exc.errno not in NOT_A_FOLDER:
+        if exc.errno not in NOT_A_FOLDER and exc.errno != errno.EPERM:  # EPERM: a folder, never linked
             raise
         return None
     if stat.S_ISREG(job.lstat(staging).st_mode):
         return staging
-    files.unlink_if_there(staging, job.fd)  # a link or a fifo put in the result's place meanwhile
+    files.unlink_if_there(staging, job.fd)  # a link, a fifo or a device: not a result
     return None
 
 

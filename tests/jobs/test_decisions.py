@@ -521,7 +521,7 @@ def test_a_job_buried_at_claim_after_a_sweeper_took_it_back_is_left_to_the_sweep
     assert hand.error(job_id)["reason"] == "cancelled"
 
 
-@pytest.mark.parametrize("swap", ["a link to a file of the manager", "removed"])
+@pytest.mark.parametrize("swap", ["a link to a file of the manager", "a folder", "removed"])
 def test_a_result_changed_between_its_check_and_its_link_is_not_taken(
     queue: Queue, owner: Owner, hand: Hand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: str
 ) -> None:
@@ -539,7 +539,9 @@ def test_a_result_changed_between_its_check_and_its_link_is_not_taken(
     def swapped(point: str) -> None:
         if point == "complete:result-checked":
             result.unlink()
-            if swap != "removed":
+            if swap == "a folder":
+                result.mkdir()
+            elif swap != "removed":
                 result.symlink_to(secret)
 
     monkeypatch.setattr(files, "checkpoint_hook", swapped)
