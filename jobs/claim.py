@@ -69,6 +69,7 @@ class Claim:
     attempt: int  # which attempt this run is, counted against `policy.max_attempts`
     policy: Policy
     place: Entry = field(compare=False, repr=False)
+    counted: bool = True  # False: its count is staged, on disk once `commit_counts` returns (see `counter`)
 
     @property
     def run_path(self) -> Path:
@@ -104,10 +105,14 @@ class Claimer:
 
     # -- claiming ------------------------------------------------------------------
 
-    def claim(self, owner: str, now: float, functions: Functions | None, paused: Paused = NOT_PAUSED) -> Claim | None:
+    def claim(
+        self, owner: str, now: float, functions: Functions | None, paused: Paused = NOT_PAUSED, staged: bool = False
+    ) -> Claim | None:
         """Claim the next ready job for `owner` and count its attempt; None if none is ready.
         With `functions`, only a job they run: any other is given back as it was (no attempt
-        used) and not looked at again by this claimer."""
+        used) and not looked at again by this claimer. `staged`: in a durable queue, the count
+        is only staged (`Claim.counted` False): `commit_counts` puts it on disk, for several
+        claims at once, while their children wait at their gates."""
         scans = self._index.scans
         left, stop_at = EXAMINED_PER_CLAIM, time.monotonic() + EXAMINE_SECONDS
         self.more_to_examine = False
@@ -115,7 +120,7 @@ class Claimer:
         # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
         try:
             while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
-                claim = self._claim_entry(owner, name, now, functions, paused)
+                claim = self._claim_entry(owner, name, now, functions, paused, staged)
                 if claim is not None:
                     return claim
                 if (left := left - 1) == 0 or time.monotonic() > stop_at:
@@ -127,10 +132,10 @@ class Claimer:
                 self.unclaimable = {name: why for name, why in self.unclaimable.items() if self._index.is_skipped(name)}
 
     def _claim_entry(
-        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused
+        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused, staged: bool
     ) -> Claim | None:
         try:
-            return self._try_entry(owner, name, now, functions, paused)
+            return self._try_entry(owner, name, now, functions, paused, staged)
         except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
             # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
             self._index.skip(name)
@@ -151,7 +156,7 @@ class Claimer:
             pass  # not moved, or it cannot go back: this owner's heartbeat returns it
 
     def _try_entry(
-        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused
+        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused, staged: bool
     ) -> Claim | None:
         ready, claimed = self.folder.at(State.READY), self.folder.at(State.CLAIMED)
         parsed = parse_ready_name(name)
@@ -175,12 +180,20 @@ class Claimer:
             return None
         files.checkpoint("claim:moved")
         try:
-            return self._begin_run(owner, target, parsed[0], name, now, functions, paused)
+            return self._begin_run(owner, target, parsed[0], name, now, functions, paused, staged)
         except FileNotFoundError:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
     def _begin_run(
-        self, owner: str, place: Entry, job_id: str, name: str, now: float, functions: Functions | None, paused: Paused
+        self,
+        owner: str,
+        place: Entry,
+        job_id: str,
+        name: str,
+        now: float,
+        functions: Functions | None,
+        paused: Paused,
+        staged: bool,
     ) -> Claim | None:
         with place.open() as job:
             try:
@@ -211,7 +224,11 @@ class Claimer:
                 _bury(self.folder, place, job_id, dead, now)
                 return None
             files.checkpoint("claim:judged")
-            counter.count_run(self.folder, place, job, used)  # counted before the fork
+            staged = staged and self.folder.durable  # (a plain queue's count is as durable as it gets at once)
+            if staged:
+                counter.stage_run(self.folder, place, used)  # on disk before the job's code runs (`commit_counts`)
+            else:
+                counter.count_run(self.folder, place, job, used)  # counted before the fork
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")
@@ -222,7 +239,7 @@ class Claimer:
             with job.sub(f"attempt-{run}") as opened:
                 files.write_new(POLICY_FILE, record, durable=False, mode=self.folder.file_mode, dir_fd=opened.fd)
             self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
-        return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place)
+        return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place, counted=not staged)
 
     def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: depends.Readiness | Cause, now: float) -> None:
         """A job that depends on unfinished jobs waits for them; one whose dependency is dead is buried."""

@@ -12,6 +12,7 @@ count would land wherever the job went, over its new owner's.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 
 from jobs import files
 from jobs.errors import InvalidJob
@@ -37,6 +38,48 @@ def count_run(folder: QueueFolder, place: Entry, job: Dir, already: int) -> int:
     """Count the claimed job's next run (after `already`), before it starts; its number."""
     _write_at(folder, place, job, already + 1)
     return already + 1
+
+
+def stage_run(folder: QueueFolder, place: Entry, already: int) -> None:
+    """Write the count of the claimed job's next run (after `already`) beside its counter,
+    not yet in place: `commit` puts it there. A durable manager forks the run's child in
+    between, which waits at its gate until the count is on disk (guarantee 3: counted
+    before any of the job's code runs, not necessarily before the fork)."""
+    staged = f"{place.name}/{files.staging_name(COUNTER_FILE)}"
+    files.unlink_if_there(staged, place.dir.fd)  # a previous run of this pid died mid-count
+    files.write_new(staged, f"{already + 1}\n".encode(), durable=False, mode=folder.file_mode, dir_fd=place.dir.fd)
+
+
+def commit(places: Sequence[Entry]) -> list[OSError | None]:
+    """Put the staged counts of the claimed jobs at `places` in place and on disk, with the
+    barriers shared (group commit): every staged file's data, then every rename, then every
+    job folder. On a journaling file system the first fsync of each step commits the whole
+    step, and the others find nothing left to write. For each place, None, or why its count
+    is not committed (FileNotFoundError: a sweep took the job away; nothing was counted)."""
+    staged = files.staging_name(COUNTER_FILE)
+    failed = [_each(lambda p: files.fsync_file(f"{p.name}/{staged}", p.dir.fd), place) for place in places]
+    files.checkpoint("count:synced")
+    for index, place in enumerate(places):
+        if failed[index] is None:
+            failed[index] = _each(lambda p: _put_in_place(p, staged), place)
+    files.checkpoint("count:renamed")
+    for index, place in enumerate(places):
+        if failed[index] is None:
+            failed[index] = _each(lambda p: files.fsync_dir(p.name, p.dir.fd), place)
+    return failed
+
+
+def _put_in_place(place: Entry, staged: str) -> None:
+    fd = place.dir.fd
+    os.replace(f"{place.name}/{staged}", f"{place.name}/{COUNTER_FILE}", src_dir_fd=fd, dst_dir_fd=fd)
+
+
+def _each(step: Callable[[Entry], None], place: Entry) -> OSError | None:
+    try:
+        step(place)
+        return None
+    except OSError as exc:
+        return exc
 
 
 def give_back(folder: QueueFolder, place: Entry, job: Dir, run: int) -> None:

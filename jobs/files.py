@@ -95,6 +95,15 @@ def fsync_dir(path: StrPath, dir_fd: int | None = None) -> None:
         os.close(fd)
 
 
+def fsync_file(path: StrPath, dir_fd: int | None = None) -> None:
+    """Make the data of the file `path` durable (never through a link, never blocking on a fifo)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def sync_folder(fd: int) -> None:
     """Make the entries of the folder open as `fd` durable: one barrier."""
     os.fsync(fd)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from jobs import depends, incoming, job_files, operator, owners, run_folder, stats, submissions, sweep, view
+from jobs import counter, depends, incoming, job_files, operator, owners, run_folder, stats, submissions, sweep, view
 from jobs.claim import Claim, Claimer, ClaimState, Finished
 from jobs.config import TMP_AGE
 from jobs.errors import QueueReplaced
@@ -138,9 +138,20 @@ class Serving:
     # -- claims and runs (jobs.claim) -------------------------------------------------
 
     def claim(
-        self, owner: str, now: float | None = None, functions: Functions | None = None, paused: Paused = NOT_PAUSED
+        self,
+        owner: str,
+        now: float | None = None,
+        functions: Functions | None = None,
+        paused: Paused = NOT_PAUSED,
+        staged: bool = False,
     ) -> Claim | None:
-        return self._claimer.claim(owner, _now(now), functions, paused)
+        return self._claimer.claim(owner, _now(now), functions, paused, staged)
+
+    def commit_counts(self, claims: Sequence[Claim]) -> list[OSError | None]:
+        """Put the staged counts of `claims` (`claim(staged=True)`) on disk, the barriers shared
+        (`counter.commit`); for each claim, None, or why its count is not (FileNotFoundError: a
+        sweep took the job back first, so nothing of it may run)."""
+        return counter.commit([claim.place for claim in claims])
 
     def claim_state(self, claim: Claim) -> ClaimState:
         return self._claimer.state(claim)

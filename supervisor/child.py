@@ -26,7 +26,15 @@ from typing import TextIO
 from jobs import CannotComplete, Claim, Command, Registered, run_folder
 from supervisor import containment
 from supervisor.errors import CannotRun
-from supervisor.forking import EXIT_CANNOT_COMPLETE, EXIT_FAILED, EXIT_OK, EXIT_ORPHANED, NO_CGROUPS, Cgroups
+from supervisor.forking import (
+    EXIT_CANNOT_COMPLETE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_ORPHANED,
+    NO_CGROUPS,
+    Cgroups,
+    pass_gate,
+)
 from supervisor.privileges import Identity, become_in_child, hand_over
 from supervisor.titles import Role, set_title
 
@@ -40,10 +48,12 @@ def run_attempt(
     file_mode: int = 0o600,
     identity: Identity | None = None,
     cgroups: Cgroups = NO_CGROUPS,
+    gate: int = -1,
 ) -> int:
     """Run one attempt of a Python job (as `identity`, if given; in its run's cgroup, if its
-    `cgroup.procs` are given); return the exit status for `os._exit`."""
-    run = _begin(claim, file_mode, identity, cgroups)
+    `cgroup.procs` are given; once its `gate` opens, if given); return the exit status for
+    `os._exit`."""
+    run = _begin(claim, file_mode, identity, cgroups, gate)
     if run is None:
         return EXIT_ORPHANED
     spec = claim.spec
@@ -69,10 +79,12 @@ def run_command(
     file_mode: int = 0o600,
     identity: Identity | None = None,
     cgroups: Cgroups = NO_CGROUPS,
+    gate: int = -1,
 ) -> int:
     """Exec a command job's program in this child (as `identity`, if given, in a clean
-    environment; in its run's cgroup, if given); return an exit status only if exec failed."""
-    run = _begin(claim, file_mode, identity, cgroups)
+    environment; in its run's cgroup, if given; once its `gate` opens, if given); return an
+    exit status only if exec failed."""
+    run = _begin(claim, file_mode, identity, cgroups, gate)
     if run is None:
         return EXIT_ORPHANED
     try:
@@ -102,18 +114,22 @@ def _enter(folder: str) -> None:
         raise CannotRun(f"cannot enter the job's folder {folder}: {exc.strerror} (set with submit --cwd)") from None
 
 
-def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroups: Cgroups) -> int | None:
+def _begin(claim: Claim, file_mode: int, identity: Identity | None, cgroups: Cgroups, gate: int) -> int | None:
     """What every job's child does first: into its run's cgroup (given one: every process the
     job starts stays in it), title, output, pid, the user it runs as (given an `identity`, the
     run's folder and output become theirs, then the child becomes them), environment. (Its
     own random stream it already has: `random` reseeds itself in every forked child.) Return
     the descriptor of the run's folder, through which every file of the run is written; None
-    if the folder is gone: a sweeper took the claim back before we started."""
+    if the folder is gone (a sweeper took the claim back before we started) or the gate was
+    shut. Nothing is written into the run's folder before the gate opens: a run that leaves
+    a trace there (its output, its pid) was counted on disk first."""
     containment.enter(cgroups)  # as root still, when it runs as its submitter: the cgroups are the manager's
     set_title(
         Role.JOB,
         f"forkvisor: job {claim.job_id} {claim.spec.function} attempt {claim.attempt}/{claim.policy.max_attempts}",
     )
+    if gate >= 0 and not pass_gate(gate):
+        return None
     # Plain strings and descriptors, not objects, from here: every object a child makes costs
     # it copy-on-write faults, which are most of a short job's overhead (docs/PERFORMANCE.md).
     try:

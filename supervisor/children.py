@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Iterator
 from jobs import Claim, ClaimState
 from supervisor import containment, forking, limits
 from supervisor.containment import CgroupRun
+from supervisor.forking import Gate
 from supervisor.pacing import Backoff
 from supervisor.running import UNSTOPPED, Life, Running, Stop
 
@@ -66,6 +67,11 @@ class Children:
         self.others: Callable[[], set[int]] = set  # the pids of our other children (sweepers): no strays
         self.on_start: Callable[[Running], None] | None = None  # told of each child started
         self.on_end: Callable[[Running], None] | None = None  # and of each reaped
+        self.at_gates: list[tuple[Running, Gate]] = []  # started this turn, waiting for their counts on disk
+
+    def gates(self) -> list[int]:
+        """The manager's ends of the gates still shut: no other child may hold one."""
+        return [gate.manager_end for _, gate in self.at_gates]
 
     def has_room(self, now: float) -> bool:
         """A free slot, and no recent fork failure to wait out."""
@@ -78,11 +84,19 @@ class Children:
     def job_ids(self, queue: int) -> set[str]:
         return {running.claim.job_id for running in self.of(queue)}
 
-    def start(self, claim: Claim, create: Callable[[], int], queue: int = 0, box: CgroupRun | None = None) -> int:
+    def start(
+        self,
+        claim: Claim,
+        create: Callable[[], int],
+        queue: int = 0,
+        box: CgroupRun | None = None,
+        gate: Gate | None = None,
+    ) -> int:
         """Start the child of a job of the manager's `queue`-th queue with `create` (a fork or
-        a spawn into `box`, its run's cgroup if it has one, which returns its pid); OSError if
-        the host cannot (EAGAIN, ENOMEM): the job is fine, the caller puts it back, and the
-        next start waits (see `forks`)."""
+        a spawn into `box`, its run's cgroup if it has one, which returns its pid; a forked
+        child with a `gate` waits at it until `at_gates` is opened); OSError if the host
+        cannot (EAGAIN, ENOMEM): the job is fine, the caller puts it back, and the next start
+        waits (see `forks`)."""
         try:
             pid = create()
         except OSError:
@@ -90,6 +104,8 @@ class Children:
             raise
         self.forks.succeeded()
         running = self.running[pid] = Running(pid, claim, time.monotonic(), time.time(), queue, box=box)
+        if gate is not None:
+            self.at_gates.append((running, gate))
         if self.on_start is not None:
             self.on_start(running)
         return pid

@@ -66,15 +66,53 @@ class ExitStatus:
         return f"exited {self.code}"
 
 
-def start_child(body: Callable[[], int], close_fds: Iterable[int] = ()) -> int:
-    """Fork a child that runs `body` and exits with its return value; return its pid."""
+class Gate:
+    """What a forked child waits at before any of its job's code runs: a pipe, its read end
+    the child's, its write end the manager's. The manager opens it (`open`) once the run's
+    count is on disk, or shuts it (`shut`: the child exits without running anything). If the
+    manager dies first, the child dies with it (its parent-death signal)."""
+
+    GO = b"1"
+
+    def __init__(self) -> None:
+        self.child_end, self.manager_end = os.pipe2(os.O_CLOEXEC)
+
+    def forked(self) -> None:
+        """The child has its read end: ours goes."""
+        _close_quietly(self.child_end)
+
+    def open(self) -> None:
+        try:
+            os.write(self.manager_end, self.GO)
+        except BrokenPipeError:
+            pass  # the child is gone already (killed from outside): its end is harvested as any other
+        finally:
+            self.shut()
+
+    def shut(self) -> None:
+        _close_quietly(self.manager_end)
+
+
+def pass_gate(fd: int) -> bool:
+    """In the child: wait at the gate; True if it opened, False if it was shut."""
+    try:
+        return os.read(fd, 1) == Gate.GO
+    finally:
+        _close_quietly(fd)
+
+
+def start_child(body: Callable[[], int], close_fds: Iterable[int] = (), gate: Gate | None = None) -> int:
+    """Fork a child that runs `body` and exits with its return value; return its pid. With a
+    `gate`, `body` waits at it (`pass_gate`), and the parent's read end is closed here."""
     _flush_output()  # or the child would write the parent's buffered output again
     parent = os.getpid()
-    fds = tuple(close_fds)
+    fds = (*close_fds, gate.manager_end) if gate is not None else tuple(close_fds)
     with signals.blocked() as mask:
         pid = os.fork()
         if pid == 0:
             _run_child(body, parent, fds, mask)
+    if gate is not None:
+        gate.forked()
     # The new child waits in this CPU's run queue while the manager goes on, or for another
     # CPU to wake up: giving it this CPU now starts the job up to a millisecond sooner with an
     # idle manager (docs/PERFORMANCE.md, "Latency"), at no cost to throughput.

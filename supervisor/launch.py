@@ -72,19 +72,21 @@ class Launcher:
         self, claim: Claim, children: Children, outcomes: Outcomes, close_fds: list[int], box: CgroupRun | None
     ) -> None:
         try:
-            create = self.creator(claim, close_fds, box)
+            create, gate = self.creator(claim, [*close_fds, *children.gates()], box)
         except (JobsError, CannotRunAs) as exc:  # unknown function, malformed command, no such submitter
             _discard(box)
             outcomes.unstarted(claim, exc)
             return
         try:
-            pid = children.start(claim, create, self.index, box)
+            pid = children.start(claim, create, self.index, box, gate)
         except RunGone:
             _discard(box)
+            _shut(gate)
             log.warning("job %s: its run folder is gone (a sweeper took the claim back); not started", claim.job_id)
             return
-        except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not
+        except OSError as exc:  # EAGAIN, ENOMEM: the job is fine, the host is not (or its count, see `creator`)
             _discard(box)
+            _shut(gate)
             wait = children.forks.next_try - time.monotonic()
             fields = job_fields(claim, self.queue, "released")
             log.error(
@@ -102,24 +104,44 @@ class Launcher:
             fields = {**job_fields(claim, self.queue, "started"), "pid": pid}
             log.info("%s started as pid %d", describe(claim, self.label), pid, extra={"fields": fields})
 
-    def creator(self, claim: Claim, close_fds: list[int], box: CgroupRun | None = None) -> Callable[[], int]:
+    def creator(
+        self, claim: Claim, close_fds: list[int], box: CgroupRun | None = None
+    ) -> tuple[Callable[[], int], forking.Gate | None]:
         """What starts the job's child (into `box`, its run's cgroup, if given) and returns its
-        pid; JobsError (or CannotRunAs) if the job cannot run here at all."""
+        pid, and the gate the child waits at: a forked child whose count is only staged waits
+        until the manager has it on disk (`Served.open_gates`). A spawned child cannot wait,
+        so its count is committed first (OSError if it cannot be: the job goes back). JobsError
+        (or CannotRunAs) if the job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
         cgroups = NO_CGROUPS if box is None else box.entries()
-        body: Callable[[], int]
         if claim.spec.function == COMMAND:
             command = self._command(claim)
             spawner = self.spawner
             # As a submitter, or into a cgroup a spawn cannot enter before its program runs: forked.
             if spawner is not None and identity is None and (box is None or spawner.enters_cgroup):
                 environment = {**os.environ, **job_environment(claim), **command.env}
-                return lambda: spawner.spawn(claim, command, environment, queue.file_mode, cgroups)
-            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroups)  # noqa: E731
+                mode = queue.file_mode
+
+                def spawn() -> int:
+                    self._counted(claim)  # a spawned child cannot wait at a gate
+                    return spawner.spawn(claim, command, environment, mode, cgroups)
+
+                return spawn, None
         else:
             registered = self.registry.get(claim.spec.function)
-            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroups)  # noqa: E731
-        return lambda: forking.start_child(body, close_fds)
+        gate = None if claim.counted else forking.Gate()  # (made last: nothing above may leave it open)
+        wait = -1 if gate is None else gate.child_end
+        body: Callable[[], int]
+        if claim.spec.function == COMMAND:
+            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroups, wait)  # noqa: E731
+        else:
+            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroups, wait)  # noqa: E731
+        return lambda: forking.start_child(body, close_fds, gate), gate
+
+    def _counted(self, claim: Claim) -> None:
+        """Commit the staged count of a claim whose child cannot wait at a gate (OSError if not)."""
+        if not claim.counted and (failed := self.queue.serving.commit_counts([claim])[0]) is not None:
+            raise failed
 
     def _command(self, claim: Claim) -> Command:
         """The command job's command, if this manager runs command jobs."""
@@ -156,6 +178,13 @@ class Launcher:
                 "job as its submitter with --run-as-submitter (or as root with --members-as-root); restart it "
                 "so, then `forkvisor retry` the job"
             )
+
+
+def _shut(gate: forking.Gate | None) -> None:
+    """A gate whose child never started (or cannot wait at it)."""
+    if gate is not None:
+        gate.forked()
+        gate.shut()
 
 
 def _discard(box: CgroupRun | None) -> None:

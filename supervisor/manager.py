@@ -207,6 +207,7 @@ class Manager:
         self.children.enforce(now)
         self.served.keep(now, self.children, self.wakeups.fds, sweepers=self.phase is not Phase.STOPPING)
         self._start_jobs()
+        self.served.open_gates(self.children)
         if self.budget.limited and (spent := self.budget.spent(time.monotonic())) is not None:
             self.request_drain(spent)
         self.display.refresh(len(self.running), self.draining, now)

@@ -24,7 +24,7 @@ from supervisor.health import StoreHealth
 from supervisor.launch import Launcher
 from supervisor.leftovers import Leftovers
 from supervisor.outcomes import Outcomes
-from supervisor.running import Running
+from supervisor.running import Running, Stop
 from supervisor.settings import Settings, for_queue
 from supervisor.spawner import Spawner
 from supervisor.tenancy import Tenancy
@@ -273,7 +273,9 @@ class Served:
 
     def _claim_next(self, children: Children) -> Claim | None:
         try:
-            claim = self.queue.serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused)
+            # Staged: the count goes on disk in `open_gates`, for every claim of this turn at once.
+            serving = self.queue.serving
+            claim = serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused, staged=True)
             if claim is not None:
                 self.health.worked()
             return claim
@@ -286,6 +288,24 @@ class Served:
             self.leftovers.note_given_back()
             self.tenancy.record_skips(self.queue.serving.unclaimable)
         return None
+
+    def open_gates(self, waiting: Sequence[tuple[Running, forking.Gate]]) -> None:
+        """Put the counts of the runs started this turn on disk (their barriers shared), then let
+        each child in; a child whose count is not on disk is let go without running anything:
+        its claim was lost (a sweep took the job back first), or the disk failed (the job goes
+        back, its attempt not counted, as after a drain)."""
+        failed = self.queue.serving.commit_counts([running.claim for running, _ in waiting])
+        for (running, gate), why in zip(waiting, failed, strict=True):
+            if why is None:
+                gate.open()
+                continue
+            gate.shut()
+            if isinstance(why, FileNotFoundError):
+                log.warning("job %s: its claim was taken back before it started; not run", running.claim.job_id)
+                running.lose()
+            else:
+                log.error("cannot count the run of job %s: %s; putting it back", running.claim.job_id, why)
+                running.kill(Stop.DRAIN)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -375,6 +395,16 @@ class ServedQueues(tuple[Served, ...]):
             served.outcomes.judge_suspended(now)
             served.outcomes.retry_stranded()
             served.outcomes.promote_retries()
+
+    def open_gates(self, children: Children) -> None:
+        """Let in the children started this turn, each queue's counts committed together."""
+        if not children.at_gates:
+            return  # (every turn: nothing made)
+        waiting, children.at_gates = children.at_gates, []
+        for served in self:
+            mine = [entry for entry in waiting if entry[0].queue == served.index]
+            if mine:
+                served.open_gates(mine)
 
     def start_sweepers(self, now: float, fds: list[int]) -> None:
         for served in self:

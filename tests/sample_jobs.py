@@ -219,6 +219,14 @@ def fork_on_release(ready: str, release: str, forked: str) -> NoReturn:
     block_forever()
 
 
+@registry.job(name="sample.log_run")
+def log_run(path: str) -> int:
+    """Append this run's pid to `path`; return how many runs it holds."""
+    with open(path, "a") as log:
+        log.write(f"{os.getpid()}\n")
+    return len(Path(path).read_text().splitlines())
+
+
 @registry.job(name="sample.block_once")
 def block_once(marker: str) -> str:
     """Block on the first run (announcing in `marker`); succeed on any later run."""

@@ -169,6 +169,7 @@ FILE_RENAMES = {
     "incoming.py": 7,  # a member's submission files, inside their folder
     "stats.py": 1,  # a gone manager's counters file, adopted
     "claim.py": 1,  # result.json's link, inside the job folder
+    "counter.py": 1,  # a staged count put in place, inside the job folder
     "output.py": 1,  # a run's output file, compacted
 }
 

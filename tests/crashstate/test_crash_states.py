@@ -187,6 +187,44 @@ def test_a_done_job_s_folder_is_synced_between_its_result_s_link_and_its_move(re
     assert checked >= 2, "the harvest completes jobs with results"
 
 
+def test_a_run_leaves_no_trace_before_its_count_is_on_disk(recordings: Recordings) -> None:
+    """The gate, on the recording itself: a durable manager forks a run's child before its
+    count is on disk, and the child waits; the first file it makes in its run's folder (its
+    output, its pid) comes after the rename that put the count in place was made durable.
+    (Without the wait, a cut could keep a run that started and lose its count.)"""
+    recorded = recordings["harvest"]
+    tree = copy.deepcopy(recorded.initial)
+    counted: dict[int, int] = {}  # job folder -> index of its latest count's rename into place
+    checked = 0
+    for index, op in enumerate(recorded.ops):
+        if op.kind == "rename" and op.name2 == "attempts":
+            counted[op.dir2] = index
+        elif op.kind == "add" and op.name == "stdout":
+            job = next(folder for folder in counted if folder in _parents(tree, op.dir))
+            assert counted[job] in crash.durable(recorded.ops, index), (
+                f"a run of job folder {job} wrote its output before its count was on disk"
+            )
+            checked += 1
+        tree.apply(op)
+    assert checked >= 4, "the harvest starts several runs"
+
+
+def test_a_count_dropped_is_a_run_that_started_uncounted(recordings: Recordings, tmp_path: Path) -> None:
+    """And the checker sees it: drop the durable rename of the first count, keep the rest."""
+    recorded = recordings["harvest"]
+    end = len(recorded.ops)
+    renamed = [
+        index
+        for index, op in enumerate(recorded.ops)
+        if op.kind == "rename" and op.name2 == "attempts" and index in crash.durable(recorded.ops, end)
+    ]
+    assert renamed, "no durable count in the harvest's recording"
+    kept = [index for index in range(end) if recorded.ops[index].kind not in ("sync", "mark") and index != renamed[0]]
+    crash._tree(recorded.ops, recorded.initial, kept).materialize(tmp_path / "queue")
+    found = check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
+    assert any("runs started" in problem for problem in found), found
+
+
 def _parents(tree: model.Tree, number: int) -> set[int]:
     """The folders above inode `number` (itself included)."""
     above = {number}

@@ -257,6 +257,15 @@ def do_claim(child: Child) -> None:
     child.claim_target()
 
 
+def do_claim_staged(child: Child) -> None:
+    """A durable manager's claim: the count staged, then committed (its child waits meanwhile)."""
+    child.arm()
+    claim = child.queue.serving.claim(child.owner.name, staged=True)
+    assert claim is not None, f"claimed nothing instead of {child.target}"
+    assert claim.job_id == child.target, f"claimed {claim.job_id} instead of {child.target}"
+    assert child.queue.serving.commit_counts([claim]) == [None]
+
+
 def do_claim_to_wait(child: Child) -> None:
     """Claim the target, which goes to wait for its parent; the parent is claimed next."""
     child.arm()
@@ -340,6 +349,8 @@ TRANSITIONS: dict[str, Transition] = {
     "bury-and-settle": Transition(with_a_dependent(dies=True), do_finish_and_settle(ok=False)),
     "claim": Transition(ready_target(), do_claim),
     "claim-last-attempt": Transition(ready_target(max_attempts=1), do_claim),
+    "claim-staged": Transition(ready_target(), do_claim_staged),
+    "claim-staged-last-attempt": Transition(ready_target(max_attempts=1), do_claim_staged),
     "claim-to-wait": Transition(dependent_in_ready, do_claim_to_wait),
     "complete": Transition(ready_target(), do_complete),
     "fail-retry-later": Transition(ready_target(), do_fail(delay=30.0)),
@@ -393,6 +404,11 @@ CASES = [
     ("claim-last-attempt", "claim:moved", Expect()),
     ("claim-last-attempt", "claim:counted", Expect("dead:attempts exhausted")),
     ("claim-last-attempt", "claim:attempt-created", Expect("dead:attempts exhausted")),
+    ("claim-staged", "claim:counted", Expect()),  # staged only: not counted, it runs as if never claimed
+    ("claim-staged", "count:synced", Expect()),
+    ("claim-staged", "count:renamed", Expect()),
+    ("claim-staged-last-attempt", "count:synced", Expect()),  # the one attempt not used: it still runs
+    ("claim-staged-last-attempt", "count:renamed", Expect("dead:attempts exhausted")),
     ("claim-to-wait", "claim:edges-written", Expect()),  # still claimed: its owner's reaper gives it back
     ("claim-to-wait", "claim:waiting", Expect()),  # waiting, not settled: the parent's end releases it
     ("claim-to-wait", "renamed:waiting", Expect()),
