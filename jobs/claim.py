@@ -35,8 +35,9 @@ from jobs.folder import (
     frozen_run,
 )
 from jobs.handles import Dir, Entry
-from jobs.index import ReadyIndex
+from jobs.index import ReadyIndex, Shares
 from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
+from jobs.lease import is_owner_name
 from jobs.pause import NOT_PAUSED, Paused
 from jobs.policy import POLICY_FILE, Functions, Policy, PolicyMemo
 
@@ -102,6 +103,8 @@ class Claimer:
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
         self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why (the first Skips.LIMIT)
         self.more_to_examine = False  # the last claim() stopped at its budget of entries
+        self.races = 0  # entries gone at this claimer's rename (another owner's, or a late notice of its own)
+        self._shares = Shares(lambda: [name for name in os.listdir(folder.at(State.CLAIMED).fd) if is_owner_name(name)])
 
     # -- claiming ------------------------------------------------------------------
 
@@ -114,12 +117,13 @@ class Claimer:
         is only staged (`Claim.counted` False): `commit_counts` puts it on disk, for several
         claims at once, while their children wait at their gates."""
         scans = self._index.scans
+        share = self._shares.of(owner, self._index.scans)
         left, stop_at = EXAMINED_PER_CLAIM, time.monotonic() + EXAMINE_SECONDS
         self.more_to_examine = False
         # At most one scan per call, and a bounded number of entries: entries that cannot be
         # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
         try:
-            while (name := self._index.pop(rescan=self._index.scans == scans)) is not None:
+            while (name := self._index.pop(rescan=self._index.scans == scans, share=share)) is not None:
                 claim = self._claim_entry(owner, name, now, functions, paused, staged)
                 if claim is not None:
                     return claim
@@ -174,6 +178,7 @@ class Claimer:
                 raise ClaimLost(
                     f"cannot claim for owner {owner} in {self.folder.path}: its folder claimed/{owner} is gone"
                 ) from None
+            self.races += 1
             return None  # another owner claimed it first
         except MoveCollision:
             self.folder.quarantine(ready / name, f"job {parsed[0]} is already in claimed/{owner}/ (duplicate id)", now)
@@ -224,11 +229,7 @@ class Claimer:
                 _bury(self.folder, place, job_id, dead, now)
                 return None
             files.checkpoint("claim:judged")
-            staged = staged and self.folder.durable  # (a plain queue's count is as durable as it gets at once)
-            if staged:
-                counter.stage_run(self.folder, place, used)  # on disk before the job's code runs (`commit_counts`)
-            else:
-                counter.count_run(self.folder, place, job, used)  # counted before the fork
+            staged = counter.count_run(self.folder, place, job, used, staged)  # (staged: `Serving.commit_counts`)
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")

@@ -34,10 +34,15 @@ def used(job: Dir) -> int:
     return int(text)
 
 
-def count_run(folder: QueueFolder, place: Entry, job: Dir, already: int) -> int:
-    """Count the claimed job's next run (after `already`), before it starts; its number."""
+def count_run(folder: QueueFolder, place: Entry, job: Dir, already: int, staged: bool = False) -> bool:
+    """Count the claimed job's next run (after `already`), before it starts. `staged`, in a
+    durable queue: only staged (`stage_run`), for `commit` to put in place. (A plain queue's
+    count is as durable as it ever gets at once.) Whether it was only staged."""
+    if staged and folder.durable:
+        stage_run(folder, place, already)
+        return True
     _write_at(folder, place, job, already + 1)
-    return already + 1
+    return False
 
 
 def stage_run(folder: QueueFolder, place: Entry, already: int) -> None:

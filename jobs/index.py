@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import os
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -46,6 +47,44 @@ WATCHED_MIN_AGE = 1.0
 
 
 Scan = Callable[[], AbstractContextManager[Iterator[os.DirEntry[str]]]]  # lists ready/, as os.scandir does
+MAX_LOOKED = 32  # names a pop with a share looks at, at most
+
+
+class Share:
+    """Which names of `ready/` one of `managers` managers tries first: those whose name's
+    CRC-32 (the same in every process, unlike `hash`) leaves `rank` modulo `managers`.
+    Each looks at the next `2 * managers` names, so it nearly always finds one of its
+    own, and takes the first name if none is: a share is a preference, never a limit
+    (the rename decides, and a lone manager's share is everything: `None`). Only names of
+    the head's priority are looked at, and a head passed over too often is taken: the
+    order of priorities holds, and no job waits for a busy manager whose share it is."""
+
+    __slots__ = ("looked", "managers", "rank")
+
+    def __init__(self, managers: int, rank: int) -> None:
+        self.managers, self.rank = managers, rank
+        self.looked = min(2 * managers, MAX_LOOKED)
+
+    def holds(self, name: str) -> bool:
+        return zlib.crc32(name.encode()) % self.managers == self.rank
+
+
+class Shares:
+    """An owner's share of `ready/` among the owners serving it (`owners` lists them),
+    worked out again after each scan of the folder (`of`)."""
+
+    def __init__(self, owners: Callable[[], list[str]]) -> None:
+        self._owners = owners
+        self._share: Share | None = None
+        self._scan = -1  # the scan it was worked out after
+
+    def of(self, owner: str, scan: int) -> Share | None:
+        """`owner`'s share as of the index's scan number `scan`; None if it is alone."""
+        if scan != self._scan:
+            self._scan, owners = scan, sorted(self._owners())
+            alone = len(owners) < 2 or owner not in owners
+            self._share = None if alone else Share(len(owners), owners.index(owner))
+        return self._share
 
 
 class ReadyIndex:
@@ -64,18 +103,43 @@ class ReadyIndex:
         self._scan_cost = 0.0
         self._watched = False  # names have come from a watcher of the folder (inotify)
         self._skipped: set[int] = set()  # hashes of names the claimer gave back
+        self._passed, self._passes = "", 0  # the head a share passed over, how many times in a row
         self.scans = 0
 
-    def pop(self, rescan: bool = True) -> str | None:
+    def pop(self, rescan: bool = True, share: Share | None = None) -> str | None:
         """The next name to try, or None when `ready/` looks empty (or, with
-        `rescan=False`, when the names in hand are used up)."""
+        `rescan=False`, when the names in hand are used up). With a `share` (several
+        managers serve the folder), the first of the next few names that is in this
+        manager's share, else the next: managers that all looked at the same head try
+        different names of it, instead of racing for its first (`Share`)."""
         if rescan and (self._is_stale() or (not self._heap and self._worth_rescanning())):
             self.rescan()
         if not self._heap:
             return None
-        name = heapq.heappop(self._heap)
+        name = heapq.heappop(self._heap) if share is None else self._pop_from(share)
         self._known.discard(name)
         return name
+
+    def _pop_from(self, share: Share) -> str:
+        """The first name of `share` among the next few of the head's priority, else the
+        head; and the head itself once this index has passed it over `share.looked` times
+        (its manager may be busy for hours: no job waits on one manager's share)."""
+        head = self._heap[0]
+        if head == self._passed and self._passes >= share.looked:
+            self._passed, self._passes = "", 0
+            return heapq.heappop(self._heap)
+        priority = head[: head.find(".") + 1]
+        looked = [heapq.heappop(self._heap) for _ in range(min(share.looked, len(self._heap)))]
+        chosen = next((name for name in looked if name.startswith(priority) and share.holds(name)), head)
+        for name in looked:
+            if name is not chosen:
+                heapq.heappush(self._heap, name)
+        if chosen == head:
+            self._passed, self._passes = "", 0
+        else:
+            self._passes = self._passes + 1 if head == self._passed else 1
+            self._passed = head
+        return chosen
 
     def add(self, name: str) -> None:
         """Learn of a new entry (e.g. from inotify) without rescanning."""

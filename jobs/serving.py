@@ -193,6 +193,11 @@ class Serving:
         return self._claimer.unclaimable
 
     @property
+    def races(self) -> int:
+        """Claims this object lost to another owner so far (the entry was gone at its rename)."""
+        return self._claimer.races
+
+    @property
     def more_to_examine(self) -> bool:
         """The last claim stopped at its budget of entries: call again soon."""
         return self._claimer.more_to_examine

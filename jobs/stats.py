@@ -74,6 +74,8 @@ class Tally:
     oom_kills: dict[str, int] = field(default_factory=dict)  # function -> processes the kernel killed at its limit
     reverts: int = 0  # claims a sweeper gave back because their owner died or its lease expired
     expiries: int = 0  # owners a sweeper found dead or expired (and fenced)
+    races: int = 0  # claims a manager tried and lost to another manager (the entry was gone)
+    wakeups: int = 0  # turns of a manager's loop woken by new names in ready/
     changes: int = field(default=0, compare=False)  # runs counted by this object: has it changed?
 
     def run_ended(self, function: str, outcome: str, seconds: float, cpu: float = 0.0, oom_kills: int = 0) -> None:
@@ -102,6 +104,8 @@ class Tally:
             self.oom_kills[function] = self.oom_kills.get(function, 0) + sign * kills
         self.reverts += sign * other.reverts
         self.expiries += sign * other.expiries
+        self.races += sign * other.races
+        self.wakeups += sign * other.wakeups
 
     def copy(self) -> Tally:
         copied = Tally()
@@ -121,6 +125,8 @@ class Tally:
             "oom_kills": self.oom_kills,
             "reverts": self.reverts,
             "expiries": self.expiries,
+            "races": self.races,
+            "wakeups": self.wakeups,
         }
 
     @classmethod
@@ -129,6 +135,7 @@ class Tally:
         if not isinstance(found, dict) or found.get("kind") != "forkvisor-stats":
             raise InvalidJob("not a forkvisor stats document")
         tally = cls(reverts=_count(found.get("reverts", 0)), expiries=_count(found.get("expiries", 0)))
+        tally.races, tally.wakeups = _count(found.get("races", 0)), _count(found.get("wakeups", 0))  # (older: none)
         runs, durations = found.get("runs", []), found.get("durations", {})
         if not isinstance(runs, list) or not isinstance(durations, dict) or len(durations) > MAX_FUNCTIONS:
             raise InvalidJob("stats: runs must be a list and durations an object of at most 1000 functions")

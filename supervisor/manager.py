@@ -19,6 +19,8 @@ then runs the same named steps:
     sweeper.keep    per queue: restart the lease-sweeper child if it died (with back-off)
     _start_jobs     claim and fork while there are free slots (and the budget allows),
                     from the first queue that has a job to give
+    open_gates      a durable queue's counts of this turn's runs on disk together, then
+                    each waiting child let in (`served`, `forking.Gate`)
     title, notify   what `ps` and systemd show
 
 Each part owns its state and says when it next has something to do; the wait

@@ -86,6 +86,12 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
     reverts = CounterMetricFamily(
         "forkvisor_lease_reverts", "Claims a sweeper gave back after their manager's lease ended", labels=["queue"]
     )
+    races = CounterMetricFamily(
+        "forkvisor_claim_races", "Claims a manager tried and lost to another manager of the queue", labels=["queue"]
+    )
+    wakeups = CounterMetricFamily(
+        "forkvisor_ready_wakeups", "Turns of managers' loops woken by new jobs in ready/", labels=["queue"]
+    )
     for queue, taken, tally in readings:
         up.add_metric([queue], 0 if taken is None else 1)
         if taken is None or tally is None:
@@ -108,6 +114,8 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
             oom_kills.add_metric([queue, function], tally.oom_kills[function])
         expiries.add_metric([queue], tally.expiries)
         reverts.add_metric([queue], tally.reverts)
+        races.add_metric([queue], tally.races)
+        wakeups.add_metric([queue], tally.wakeups)
     return [
         up,
         jobs,
@@ -125,6 +133,8 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         oom_kills,
         expiries,
         reverts,
+        races,
+        wakeups,
     ]
 
 

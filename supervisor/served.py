@@ -128,6 +128,8 @@ class Served:
         """New ready names to the claim index; at each poll, check the folders, the settings
         and the pause; a drain request drains the manager."""
         queue = self.queue
+        if news.ready:
+            self.stats.tally.wakeups += 1
         for name in news.ready:
             queue.serving.note_ready(name)
         if news.missed:
@@ -275,7 +277,9 @@ class Served:
         try:
             # Staged: the count goes on disk in `open_gates`, for every claim of this turn at once.
             serving = self.queue.serving
+            races = serving.races
             claim = serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused, staged=True)
+            self.stats.tally.races += serving.races - races
             if claim is not None:
                 self.health.worked()
             return claim

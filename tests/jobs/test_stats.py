@@ -30,7 +30,7 @@ def _register(queue: Queue) -> str:
 
 def test_a_tally_survives_its_json_and_counts_durations_in_buckets() -> None:
     tally = _tally(succeeded=3, dead=1)
-    tally.reverts, tally.expiries = 4, 1
+    tally.reverts, tally.expiries, tally.races, tally.wakeups = 4, 1, 7, 9
     again = Tally.from_json(tally.to_json())
     assert again == tally
     assert again.runs == {("f", "succeeded"): 3, ("f", "dead"): 1}
@@ -51,6 +51,8 @@ def test_a_tally_survives_its_json_and_counts_durations_in_buckets() -> None:
         {"kind": "forkvisor-stats", "runs": [["f", "dead", True]]},
         {"kind": "forkvisor-stats", "durations": {"f": {"buckets": [1], "sum": 1}}},
         {"kind": "forkvisor-stats", "reverts": "many"},
+        {"kind": "forkvisor-stats", "races": -1},
+        {"kind": "forkvisor-stats", "wakeups": 1.5},
     ],
 )
 def test_a_document_that_is_not_a_tally_is_refused(document: object) -> None:
@@ -153,3 +155,17 @@ def test_a_queue_made_before_stats_gets_the_folder_from_its_owner(tmp_path: Path
     reopened = Queue(tmp_path / "q")
     assert reopened.stats() == Tally()
     assert (tmp_path / "q" / "stats").is_dir()
+
+
+def test_a_claim_another_owner_made_first_is_a_race_lost(tmp_path: Path) -> None:
+    """Two managers' claimers see the same name; the second to rename it counts a race."""
+    first, second = Queue(tmp_path / "queue"), Queue(tmp_path / "queue", create=False)
+    owners = [_register(first), _register(second)]
+    job_id = first.enqueue("f")
+    assert first.serving.has_claimable()
+    assert second.serving.has_claimable()
+    claim = second.serving.claim(owners[1])
+    assert claim is not None
+    assert claim.job_id == job_id
+    assert first.serving.claim(owners[0]) is None
+    assert (first.serving.races, second.serving.races) == (1, 0)
