@@ -194,7 +194,8 @@ class Serving:
 
     @property
     def races(self) -> int:
-        """Claims this object lost to another owner so far (the entry was gone at its rename)."""
+        """Claims this object tried whose entry was gone at its rename (another owner took it
+        first, or it learnt late of a name it had taken itself)."""
         return self._claimer.races
 
     @property

@@ -74,7 +74,7 @@ class Tally:
     oom_kills: dict[str, int] = field(default_factory=dict)  # function -> processes the kernel killed at its limit
     reverts: int = 0  # claims a sweeper gave back because their owner died or its lease expired
     expiries: int = 0  # owners a sweeper found dead or expired (and fenced)
-    races: int = 0  # claims a manager tried and lost to another manager (the entry was gone)
+    races: int = 0  # claims a manager tried whose entry was gone at its rename (mostly: another manager's)
     wakeups: int = 0  # turns of a manager's loop woken by new names in ready/
     changes: int = field(default=0, compare=False)  # runs counted by this object: has it changed?
 

@@ -7,7 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import commands, common, heavy, keys, planning, progress, references, spawning, throughput, web
+from benchmarks import (
+    commands,
+    common,
+    heavy,
+    keys,
+    managers,
+    planning,
+    progress,
+    references,
+    spawning,
+    throughput,
+    web,
+)
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -68,7 +80,8 @@ def test_the_spawning_benchmark_runs(procs: Processes, spawner: Spawner, capsys:
 def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
     results = heavy.main(["--dir", str(disk), "--mb", "8", "--jobs", "10", "--rounds", "1"])
     assert results["buffer"]["forkvisor_jobs_per_s"]["median"] > 0
-    assert results["objects"]["forkvisor_frozen_jobs_per_s"]["median"] > 0
+    assert results["objects"]["forkvisor_durable_jobs_per_s"]["median"] > 0
+    assert len(results["targets"]) == 4
 
 
 def test_the_progress_benchmark_runs(disk: Path) -> None:
@@ -93,3 +106,11 @@ def test_the_planning_benchmark_runs(disk: Path) -> None:
     )
     assert results["rates"]["empty"]["median"] > 0
     assert results["firer"]["first pass s"] > 0
+
+
+def test_the_many_managers_benchmark_runs(procs: Processes, disk: Path) -> None:
+    argv = ["--dir", str(disk), "--jobs", "12", "--rounds", "1", "--managers", "1", "2", "--trickle", "3"]
+    results = managers.main(argv)
+    assert results["M2"]["jobs_per_s"]["median"] > 0
+    assert results["M1"]["races_per_job"]["median"] == 0  # one manager races no one in a burst
+    assert set(results["targets"]) == {"races per job at M=2 < 0.2"}
