@@ -1,7 +1,7 @@
 """Run every benchmark, then print which targets are met and one final line of JSON.
 
     python -m benchmarks.run_all [--full] [--dir DIR] [--only NAME...]   (NAME: throughput commands heavy
-        enqueue latency scale keys planning web)
+        enqueue latency managers scale keys planning web)
 
 Quick defaults finish in about five minutes on two cores; `--full` takes bigger
 N, more rounds and the 1-million scale run (about an hour, and up to ~30 GB of
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks import commands, common, enqueue, heavy, keys, latency, planning, scale, throughput, web
+from benchmarks import commands, common, enqueue, heavy, keys, latency, managers, planning, scale, throughput, web
 
 BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "throughput": throughput.main,
@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, Callable[[list[str] | None], dict[str, Any]]] = {
     "heavy": heavy.main,
     "enqueue": enqueue.main,
     "latency": latency.main,
+    "managers": managers.main,
     "scale": scale.main,
     "keys": keys.main,
     "planning": planning.main,

@@ -108,6 +108,7 @@ def test_the_planning_benchmark_runs(disk: Path) -> None:
     assert results["firer"]["first pass s"] > 0
 
 
+@pytest.mark.slow  # (about 6 s: the default suite stays under ten minutes)
 def test_the_many_managers_benchmark_runs(procs: Processes, disk: Path) -> None:
     argv = ["--dir", str(disk), "--jobs", "12", "--rounds", "1", "--managers", "1", "2", "--trickle", "3"]
     results = managers.main(argv)
