@@ -8,7 +8,9 @@ Two scenarios, each with M managers (`forkvisor run -c 2`, each its own process)
   managers started together with `--burst`; timed until the last one exits. Every
   job must end in `done/` having run once. Reported: jobs/s, its ratio to one
   manager in the same round, and per job the claims lost to another manager
-  (`races`) and the turns of all managers' loops woken by new names (`wakeups`).
+  (`races`: a failed rename, the job taken between a manager's look and its try), the
+  names found already gone when looked at (`gone`: an lstat, no rename) and the turns of
+  all managers' loops woken by new names (`wakeups`).
 - **trickle**: M idle managers; jobs enqueued one at a time, each waited for in
   `done/` before the next (the latency benchmark's pattern): per job, how many
   managers woke and how many lost the race for it. Then the managers drain.
@@ -41,7 +43,7 @@ RACES_TARGET = 0.2  # lost claim races per job at the largest M
 
 def _counts(queue: Path) -> dict[str, int]:
     """The managers' summed races and wakeups, from their stats files."""
-    total = {"races": 0, "wakeups": 0}
+    total = {"races": 0, "gone": 0, "wakeups": 0}
     for path in (queue / "stats").glob("manager.*.json"):
         found = json.loads(path.read_text())
         for name in total:
@@ -78,7 +80,8 @@ def burst(root: Path, managers: int, jobs: int) -> dict[str, float]:
         wall = time.perf_counter() - started
         _check_all_done_once(queue, ids)
         counts = _counts(queue.path)
-    return {"jobs_per_s": jobs / wall, "races": counts["races"] / jobs, "wakeups": counts["wakeups"] / jobs}
+    per_job = {name: count / jobs for name, count in counts.items()}
+    return {"jobs_per_s": jobs / wall, **per_job}
 
 
 def trickle(root: Path, managers: int, jobs: int) -> dict[str, float]:
@@ -98,7 +101,7 @@ def trickle(root: Path, managers: int, jobs: int) -> dict[str, float]:
             _wait_all(processes)
         _check_all_done_once(queue, ids)
         counts = _counts(queue.path)
-    return {"races": counts["races"] / jobs, "wakeups": counts["wakeups"] / jobs}
+    return {name: count / jobs for name, count in counts.items()}
 
 
 def _owners(queue: Path) -> list[str]:
@@ -134,16 +137,20 @@ def report(found: dict[str, Any], counts: list[int], rounds: int) -> dict[str, A
         rates = [run["jobs_per_s"] for run in runs["burst"]]
         ratios = [run["jobs_per_s"] / first["jobs_per_s"] for run, first in zip(runs["burst"], base, strict=True)]
         races = [run["races"] for run in runs["burst"]]
+        gone = [run["gone"] for run in runs["burst"]]
         wakeups = [run["wakeups"] for run in runs["burst"]]
         trickle_races = [run["races"] for run in runs["trickle"]] or [float("nan")]
         trickle_wakeups = [run["wakeups"] for run in runs["trickle"]] or [float("nan")]
+        trickle_gone = [run["gone"] for run in runs["trickle"]] or [float("nan")]
         results[f"M{managers}"] = {
             "jobs_per_s": common.summary(rates),
             "ratio_to_first": common.summary(ratios),
             "races_per_job": common.summary(races),
+            "gone_per_job": common.summary(gone),
             "wakeups_per_job": common.summary(wakeups),
             "trickle_races_per_job": common.summary(trickle_races),
             "trickle_wakeups_per_job": common.summary(trickle_wakeups),
+            "trickle_gone_per_job": common.summary(trickle_gone),
         }
         rows.append(
             [
@@ -151,9 +158,11 @@ def report(found: dict[str, Any], counts: list[int], rounds: int) -> dict[str, A
                 common.spread_text(rates),
                 common.spread_text(ratios, 2),
                 common.spread_text(races, 2),
+                common.spread_text(gone, 2),
                 common.spread_text(wakeups, 2),
                 common.spread_text(trickle_races, 2),
                 common.spread_text(trickle_wakeups, 2),
+                common.spread_text(trickle_gone, 2),
             ]
         )
     common.print_table(
@@ -163,9 +172,11 @@ def report(found: dict[str, Any], counts: list[int], rounds: int) -> dict[str, A
             "burst jobs/s",
             f"/ M={counts[0]}",
             "races/job",
+            "gone/job",
             "wakeups/job",
             "trickle races/job",
             "trickle wakeups/job",
+            "trickle gone/job",
         ],
         rows,
     )

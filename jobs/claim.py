@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 NOT_A_FOLDER = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # what opening a folder that is gone, a file or a link raises
 EXAMINED_PER_CLAIM = 64  # entries one claim() call looks at: short whatever junk or foreign jobs ready/ holds
 EXAMINE_SECONDS = 0.05  # and for no longer than this, however slow the disk is
+READY_FORM = "RRR.ID (see docs/FORMAT.md)"
 UNCLAIMABLE_KEPT = 100  # entries a claimer could not claim, kept with why for `forkvisor status`
 
 
@@ -93,6 +94,15 @@ class Finished(NamedTuple):
     retry: Retry | None = None  # a retry in scheduled/
 
 
+class Wants(NamedTuple):
+    """What a claim asks for (`Claimer.claim`): the functions it runs (None: any), the
+    pause it respects, whether its count is only staged."""
+
+    functions: Functions | None
+    paused: Paused
+    staged: bool
+
+
 class Claimer:
     """Claims jobs for the owners of one queue object and moves them on."""
 
@@ -103,7 +113,8 @@ class Claimer:
         self.left_for_others: dict[str, int] = {}  # functions this claimer cannot run: jobs given back
         self.unclaimable: dict[str, str] = {}  # ready/ entries skipped: why (the first Skips.LIMIT)
         self.more_to_examine = False  # the last claim() stopped at its budget of entries
-        self.races = 0  # entries gone at this claimer's rename (another owner's, or a late notice of its own)
+        self.races = 0  # entries there at its look, gone at its rename: another owner took them first
+        self.gone = 0  # entries its index named that were gone when it looked (taken earlier)
         self._shares = Shares(lambda: [name for name in os.listdir(folder.at(State.CLAIMED).fd) if is_owner_name(name)])
 
     # -- claiming ------------------------------------------------------------------
@@ -124,7 +135,7 @@ class Claimer:
         # claimed (junk, other managers' jobs, folders it may not move) must not keep it looping.
         try:
             while (name := self._index.pop(rescan=self._index.scans == scans, share=share)) is not None:
-                claim = self._claim_entry(owner, name, now, functions, paused, staged)
+                claim = self._claim_entry(owner, name, now, Wants(functions, paused, staged))
                 if claim is not None:
                     return claim
                 if (left := left - 1) == 0 or time.monotonic() > stop_at:
@@ -135,11 +146,9 @@ class Claimer:
             if self.unclaimable and self._index.scans != scans:  # entries fixed or removed since are forgotten
                 self.unclaimable = {name: why for name, why in self.unclaimable.items() if self._index.is_skipped(name)}
 
-    def _claim_entry(
-        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused, staged: bool
-    ) -> Claim | None:
+    def _claim_entry(self, owner: str, name: str, now: float, wants: Wants) -> Claim | None:
         try:
-            return self._try_entry(owner, name, now, functions, paused, staged)
+            return self._try_entry(owner, name, now, wants)
         except PermissionError as exc:  # an entry this manager may not move, or a file in it it may not write
             # (a full or read-only disk is not the entry's doing: that propagates, and the claim is tried again)
             self._index.skip(name)
@@ -159,12 +168,14 @@ class Claimer:
         except (OSError, MoveCollision):
             pass  # not moved, or it cannot go back: this owner's heartbeat returns it
 
-    def _try_entry(
-        self, owner: str, name: str, now: float, functions: Functions | None, paused: Paused, staged: bool
-    ) -> Claim | None:
+    def _try_entry(self, owner: str, name: str, now: float, wants: Wants) -> Claim | None:
         ready, claimed = self.folder.at(State.READY), self.folder.at(State.CLAIMED)
         parsed = parse_ready_name(name)
-        problem = entry_problem(ready / name) if parsed else "its name is not RRR.ID (see docs/FORMAT.md)"
+        try:
+            problem = entry_problem(ready / name, missing_ok=False) if parsed else f"its name is not {READY_FORM}"
+        except FileNotFoundError:
+            self.gone += 1  # taken before this claimer looked (its index learns of no claim): no race
+            return None
         if problem:
             self.folder.quarantine(ready / name, problem, now)
             return None
@@ -185,21 +196,12 @@ class Claimer:
             return None
         files.checkpoint("claim:moved")
         try:
-            return self._begin_run(owner, target, parsed[0], name, now, functions, paused, staged)
+            return self._begin_run(owner, target, parsed[0], name, now, wants)
         except FileNotFoundError:
             return None  # a sweeper reaped this owner mid-claim; the job is back in the queue
 
-    def _begin_run(
-        self,
-        owner: str,
-        place: Entry,
-        job_id: str,
-        name: str,
-        now: float,
-        functions: Functions | None,
-        paused: Paused,
-        staged: bool,
-    ) -> Claim | None:
+    def _begin_run(self, owner: str, place: Entry, job_id: str, name: str, now: float, wants: Wants) -> Claim | None:
+        functions = wants.functions
         with place.open() as job:
             try:
                 spec = self.folder.read_spec(job, job_id)
@@ -212,7 +214,7 @@ class Claimer:
             if functions is not None and not functions.knows(spec.function):
                 self._give_back(place, name, spec.function)
                 return None
-            if paused.covers(spec.function):
+            if wants.paused.covers(spec.function):
                 self._give_back(place, name, None)  # until resumed (see `pause`)
                 return None
             if spec.depends_on and (found := depends.verdict(self.folder, spec)) is not depends.RUN:
@@ -229,7 +231,7 @@ class Claimer:
                 _bury(self.folder, place, job_id, dead, now)
                 return None
             files.checkpoint("claim:judged")
-            staged = counter.count_run(self.folder, place, job, used, staged)  # (staged: `Serving.commit_counts`)
+            staged = counter.count_run(self.folder, place, job, used, wants.staged)  # (staged: `Serving.commit_counts`)
             files.checkpoint("claim:counted")
             run = self._new_run_folder(job)
             files.checkpoint("claim:attempt-created")

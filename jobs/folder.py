@@ -477,11 +477,14 @@ def _is_marker_staging(name: str) -> bool:
     return name.startswith(f".{MARKER}.") and name.endswith(".tmp")
 
 
-def entry_problem(place: Entry) -> str | None:
-    """Why the entry is not a job directory (None when it is one)."""
+def entry_problem(place: Entry, missing_ok: bool = True) -> str | None:
+    """Why the entry is not a job directory (None when it is one, or is gone: unless not
+    `missing_ok`, then FileNotFoundError)."""
     try:
         mode = place.lstat().st_mode
     except FileNotFoundError:
+        if not missing_ok:
+            raise
         return None
     if stat.S_ISLNK(mode):
         return "a symlink: state folders hold job directories only, never links"

@@ -194,9 +194,13 @@ class Serving:
 
     @property
     def races(self) -> int:
-        """Claims this object tried whose entry was gone at its rename (another owner took it
-        first, or it learnt late of a name it had taken itself)."""
+        """Claims this object lost: the entry was there when it looked, gone at its rename."""
         return self._claimer.races
+
+    @property
+    def gone(self) -> int:
+        """Names its index gave that were gone when it looked (taken before: no rename tried)."""
+        return self._claimer.gone
 
     @property
     def more_to_examine(self) -> bool:

@@ -74,7 +74,8 @@ class Tally:
     oom_kills: dict[str, int] = field(default_factory=dict)  # function -> processes the kernel killed at its limit
     reverts: int = 0  # claims a sweeper gave back because their owner died or its lease expired
     expiries: int = 0  # owners a sweeper found dead or expired (and fenced)
-    races: int = 0  # claims a manager tried whose entry was gone at its rename (mostly: another manager's)
+    races: int = 0  # claims a manager lost: the entry there when it looked, gone at its rename
+    gone: int = 0  # names a manager's index gave that were gone when it looked (taken earlier)
     wakeups: int = 0  # turns of a manager's loop woken by new names in ready/
     changes: int = field(default=0, compare=False)  # runs counted by this object: has it changed?
 
@@ -105,6 +106,7 @@ class Tally:
         self.reverts += sign * other.reverts
         self.expiries += sign * other.expiries
         self.races += sign * other.races
+        self.gone += sign * other.gone
         self.wakeups += sign * other.wakeups
 
     def copy(self) -> Tally:
@@ -126,6 +128,7 @@ class Tally:
             "reverts": self.reverts,
             "expiries": self.expiries,
             "races": self.races,
+            "gone": self.gone,
             "wakeups": self.wakeups,
         }
 
@@ -136,6 +139,7 @@ class Tally:
             raise InvalidJob("not a forkvisor stats document")
         tally = cls(reverts=_count(found.get("reverts", 0)), expiries=_count(found.get("expiries", 0)))
         tally.races, tally.wakeups = _count(found.get("races", 0)), _count(found.get("wakeups", 0))  # (older: none)
+        tally.gone = _count(found.get("gone", 0))
         runs, durations = found.get("runs", []), found.get("durations", {})
         if not isinstance(runs, list) or not isinstance(durations, dict) or len(durations) > MAX_FUNCTIONS:
             raise InvalidJob("stats: runs must be a list and durations an object of at most 1000 functions")

@@ -87,7 +87,9 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         "forkvisor_lease_reverts", "Claims a sweeper gave back after their manager's lease ended", labels=["queue"]
     )
     races = CounterMetricFamily(
-        "forkvisor_claim_races", "Claims a manager tried and lost to another manager of the queue", labels=["queue"]
+        "forkvisor_claim_races",
+        "Claims a manager lost: the job taken by another between its look and its rename",
+        labels=["queue"],
     )
     wakeups = CounterMetricFamily(
         "forkvisor_ready_wakeups", "Turns of managers' loops woken by new jobs in ready/", labels=["queue"]

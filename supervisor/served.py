@@ -277,9 +277,10 @@ class Served:
         try:
             # Staged: the count goes on disk in `open_gates`, for every claim of this turn at once.
             serving = self.queue.serving
-            races = serving.races
+            races, gone = serving.races, serving.gone
             claim = serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused, staged=True)
             self.stats.tally.races += serving.races - races
+            self.stats.tally.gone += serving.gone - gone
             if claim is not None:
                 self.health.worked()
             return claim

@@ -116,4 +116,4 @@ def test_a_claimer_knows_its_share_from_the_owners_serving_the_queue(tmp_path: P
     assert f"100.{first.job_id}" == predicted[0]
     collided = predicted[0] == predicted[1]
     assert (f"100.{second.job_id}" == predicted[1]) is not collided
-    assert (queues[0].serving.races, queues[1].serving.races) == (0, int(collided))
+    assert (queues[0].serving.gone, queues[1].serving.gone) == (0, int(collided))

@@ -157,8 +157,9 @@ def test_a_queue_made_before_stats_gets_the_folder_from_its_owner(tmp_path: Path
     assert (tmp_path / "q" / "stats").is_dir()
 
 
-def test_a_claim_another_owner_made_first_is_a_race_lost(tmp_path: Path) -> None:
-    """Two managers' claimers see the same name; the second to rename it counts a race."""
+def test_a_name_another_owner_took_first_is_counted_gone_not_raced(tmp_path: Path) -> None:
+    """Two managers' claimers hold the same name; the second finds it gone when it looks,
+    and tries no rename (a race is a rename that fails after a look that saw the entry)."""
     first, second = Queue(tmp_path / "queue"), Queue(tmp_path / "queue", create=False)
     owners = [_register(first), _register(second)]
     job_id = first.enqueue("f")
@@ -168,4 +169,4 @@ def test_a_claim_another_owner_made_first_is_a_race_lost(tmp_path: Path) -> None
     assert claim is not None
     assert claim.job_id == job_id
     assert first.serving.claim(owners[0]) is None
-    assert (first.serving.races, second.serving.races) == (1, 0)
+    assert (first.serving.gone, first.serving.races, second.serving.races) == (1, 0, 0)  # gone before it looked
