@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs import Owner, Queue
-from jobs.index import ReadyIndex, Share
+from jobs.index import ReadyIndex, Share, Shares
 
 
 def _index(names: list[str]) -> ReadyIndex:
@@ -117,3 +117,17 @@ def test_a_claimer_knows_its_share_from_the_owners_serving_the_queue(tmp_path: P
     collided = predicted[0] == predicted[1]
     assert (f"100.{second.job_id}" == predicted[1]) is not collided
     assert (queues[0].serving.gone, queues[1].serving.gone) == (0, int(collided))
+
+
+@given(st.lists(st.text(max_size=30), max_size=40), st.text(max_size=30), st.data())
+def test_any_owner_names_give_a_share_that_stops_no_claim(owners: list[str], owner: str, data: st.DataObject) -> None:
+    """Whatever names other hosts' managers leave in `claimed/`, a share is None or a rank
+    within its count, and every name still comes out of the index once."""
+    names = sorted(data.draw(st.sets(st.from_regex(r"1[0-9]{2}\.[a-z0-9-]{1,20}", fullmatch=True), max_size=30)))
+    share = Shares(lambda: owners).of(owner, 1)
+    if share is not None:
+        assert 0 <= share.rank < share.managers == len(owners)
+    index, out = _index(names), []
+    while (name := index.pop(rescan=False, share=share)) is not None:
+        out.append(name)
+    assert sorted(out) == names
