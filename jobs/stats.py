@@ -77,7 +77,7 @@ class Tally:
     races: int = 0  # claims a manager lost: the entry there when it looked, gone at its rename
     gone: int = 0  # names a manager's index gave that were gone when it looked (taken earlier)
     wakeups: int = 0  # turns of a manager's loop woken by new names in ready/
-    changes: int = field(default=0, compare=False)  # runs counted by this object: has it changed?
+    changes: int = field(default=0, compare=False)  # counts made by this object: has it changed?
 
     def run_ended(self, function: str, outcome: str, seconds: float, cpu: float = 0.0, oom_kills: int = 0) -> None:
         self.changes += 1

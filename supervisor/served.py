@@ -108,6 +108,7 @@ class Served:
         self._stats_due = 0.0
         self._marked: set[str] = set()  # running jobs whose folder gained (or lost) an operator's mark
         self._stats_written = 0  # `tally.changes` when the counters were last written
+        self._tries_counted = (0, 0)  # the claimer's races and gone names already in the tally
 
     def register_at_start(self) -> None:
         """Register as an owner (or raise: the manager does not start), and take up the
@@ -130,6 +131,7 @@ class Served:
         queue = self.queue
         if news.ready:
             self.stats.tally.wakeups += 1
+            self.stats.tally.changes += 1
         for name in news.ready:
             queue.serving.note_ready(name)
         if news.missed:
@@ -216,6 +218,7 @@ class Served:
 
     def write_stats(self, now: float) -> None:
         """Write the counters if they changed since the last write (else nothing)."""
+        self._count_tries()
         runs = self.stats.tally.changes
         if runs == self._stats_written:
             return
@@ -225,6 +228,16 @@ class Served:
             self._stats_written = runs
         except (OSError, JobsError) as exc:
             log.warning("cannot write the stats of %s: %s; trying again in %gs", self.queue.path, exc, STATS_EVERY)
+
+    def _count_tries(self) -> None:
+        """Into the tally, the claims lost and the names found gone since it last looked (read
+        here, at each write, rather than at every claim)."""
+        serving, tally = self.queue.serving, self.stats.tally
+        if (serving.races, serving.gone) != self._tries_counted:
+            tally.races += serving.races - self._tries_counted[0]
+            tally.gone += serving.gone - self._tries_counted[1]
+            tally.changes += 1  # (a manager that only lost races has counts to write too)
+            self._tries_counted = (serving.races, serving.gone)
 
     def recover_from_reaping(self, children: Children) -> None:
         """A sweeper judged us dead: our claims are void; start over as a new owner."""
@@ -277,10 +290,7 @@ class Served:
         try:
             # Staged: the count goes on disk in `open_gates`, for every claim of this turn at once.
             serving = self.queue.serving
-            races, gone = serving.races, serving.gone
             claim = serving.claim(self.tenancy.name, functions=self.functions, paused=self.paused, staged=True)
-            self.stats.tally.races += serving.races - races
-            self.stats.tally.gone += serving.gone - gone
             if claim is not None:
                 self.health.worked()
             return claim
