@@ -85,17 +85,7 @@ def test_a_synced_publish_dropped_loses_an_acknowledged_job(recordings: Recordin
 def test_a_synced_result_dropped_leaves_a_done_job_without_it(recordings: Recordings, tmp_path: Path) -> None:
     """And again: drop the durable link of a done job's result.json, and the recovered
     queue has a done job without its result."""
-    recorded = recordings["harvest"]
-    end = len(recorded.ops)
-    linked = [
-        index
-        for index, op in enumerate(recorded.ops)
-        if op.kind == "rename" and op.name2 == "result.json" and index in crash.durable(recorded.ops, end)
-    ]
-    assert linked, "no durable result.json link in the harvest's recording"
-    kept = [index for index in range(end) if recorded.ops[index].kind not in ("sync", "mark") and index != linked[0]]
-    crash._tree(recorded.ops, recorded.initial, kept).materialize(tmp_path / "queue")
-    found = check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
+    found = _without_first_durable_rename_to(recordings["harvest"], "result.json", tmp_path)
     assert any("has no result.json" in problem for problem in found), found
 
 
@@ -211,18 +201,23 @@ def test_a_run_leaves_no_trace_before_its_count_is_on_disk(recordings: Recording
 
 def test_a_count_dropped_is_a_run_that_started_uncounted(recordings: Recordings, tmp_path: Path) -> None:
     """And the checker sees it: drop the durable rename of the first count, keep the rest."""
-    recorded = recordings["harvest"]
+    found = _without_first_durable_rename_to(recordings["harvest"], "attempts", tmp_path)
+    assert any("runs started" in problem for problem in found), found
+
+
+def _without_first_durable_rename_to(recorded: Recorded, name: str, tmp_path: Path) -> list[str]:
+    """The problems of the workload's end state less its first durable rename onto `name`
+    (every other operation kept)."""
     end = len(recorded.ops)
     renamed = [
         index
         for index, op in enumerate(recorded.ops)
-        if op.kind == "rename" and op.name2 == "attempts" and index in crash.durable(recorded.ops, end)
+        if op.kind == "rename" and op.name2 == name and index in crash.durable(recorded.ops, end)
     ]
-    assert renamed, "no durable count in the harvest's recording"
+    assert renamed, f"no durable rename onto {name} in the {recorded.name} recording"
     kept = [index for index in range(end) if recorded.ops[index].kind not in ("sync", "mark") and index != renamed[0]]
     crash._tree(recorded.ops, recorded.initial, kept).materialize(tmp_path / "queue")
-    found = check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
-    assert any("runs started" in problem for problem in found), found
+    return check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
 
 
 def _parents(tree: model.Tree, number: int) -> set[int]:
