@@ -18,7 +18,7 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -72,6 +72,7 @@ class Claim:
     policy: Policy
     place: Entry = field(compare=False, repr=False)
     counted: bool = True  # False: its count is staged, on disk once `commit_counts` returns (see `counter`)
+    record: bytes = field(default=b"", compare=False, repr=False)  # (staged: its policy.json, written by `begin_runs`)
 
     @property
     def run_path(self) -> Path:
@@ -233,16 +234,17 @@ class Claimer:
             files.checkpoint("claim:judged")
             staged = counter.count_run(self.folder, place, job, used, wants.staged)  # (staged: `Serving.commit_counts`)
             files.checkpoint("claim:counted")
-            run = self._new_run_folder(job)
+            path = Path(place.path)
+            if staged:  # its run folder is made once its count is in place (`begin_runs`)
+                run = view.last_attempt(job) + 1
+                return Claim(job_id, owner, path, spec, run, used + 1, policy, place, False, record)
+            claim = Claim(job_id, owner, path, spec, self._new_run_folder(job), used + 1, policy, place)
             files.checkpoint("claim:attempt-created")
             if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still (SIGSTOP)
-                _abandon_run(job, run)
+                _abandon_run(job, claim.run)
                 return None
-            # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-            with job.sub(f"attempt-{run}") as opened:
-                files.write_new(POLICY_FILE, record, durable=False, mode=self.folder.file_mode, dir_fd=opened.fd)
-            self.folder.log_event(job, f"claimed by {owner}: attempt {used + 1}/{policy.max_attempts} (run {run})", now)
-        return Claim(job_id, owner, Path(place.path), spec, run, used + 1, policy, place, counted=not staged)
+            _first_records(self.folder, job, claim, record, now)
+        return claim
 
     def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: depends.Readiness | Cause, now: float) -> None:
         """A job that depends on unfinished jobs waits for them; one whose dependency is dead is buried."""
@@ -511,6 +513,31 @@ def _bury(folder: QueueFolder, place: Entry, job_id: str, cause: Cause, now: flo
         lost = _quarantine_copy(folder, place, State.DEAD.value, "bury", now)
         if claim is not None:
             raise lost from None
+
+
+def begin_runs(folder: QueueFolder, claims: Sequence[Claim], failed: list[OSError | None], now: float) -> None:
+    """The run folders of staged claims whose counts are now in place (`failed[i]` None), with
+    their first records; a claim whose folder cannot be made gets why in `failed`. Made after
+    the count and before the job folder's fsync (`counter.make_durable`): a run folder never
+    stands without its count, even when the manager is killed in between."""
+    for index, claim in enumerate(claims):
+        if failed[index] is None:
+            try:
+                with claim.place.open() as job:
+                    folder.make_dir(job / f"attempt-{claim.run}")
+                    files.checkpoint("claim:attempt-created")
+                    _first_records(folder, job, claim, claim.record, now)
+            except OSError as exc:
+                failed[index] = exc
+
+
+def _first_records(folder: QueueFolder, job: Dir, claim: Claim, record: bytes, now: float) -> None:
+    """A new run's policy and the event of its claim."""
+    # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
+    with job.sub(f"attempt-{claim.run}") as opened:
+        files.write_new(POLICY_FILE, record, durable=False, mode=folder.file_mode, dir_fd=opened.fd)
+    attempt = f"attempt {claim.attempt}/{claim.policy.max_attempts} (run {claim.run})"
+    folder.log_event(job, f"claimed by {claim.owner}: {attempt}", now)
 
 
 def _abandon_run(job: Dir, run: int) -> None:

@@ -56,11 +56,11 @@ def stage_run(folder: QueueFolder, place: Entry, already: int) -> None:
 
 
 def commit(places: Sequence[Entry]) -> list[OSError | None]:
-    """Put the staged counts of the claimed jobs at `places` in place and on disk, with the
-    barriers shared (group commit): every staged file's data, then every rename, then every
-    job folder. On a journaling file system the first fsync of each step commits the whole
-    step, and the others find nothing left to write. For each place, None, or why its count
-    is not committed (FileNotFoundError: a sweep took the job away; nothing was counted)."""
+    """Put the staged counts of the claimed jobs at `places` in place, the barriers shared
+    (group commit): every staged file's data, then every rename; `make_durable` then syncs
+    every job folder. On a journaling file system the first fsync of each step commits the
+    whole step, and the others find nothing left to write. For each place, None, or why its
+    count is not in place (FileNotFoundError: a sweep took the job away; nothing was counted)."""
     staged = files.staging_name(COUNTER_FILE)
     failed = [_each(lambda p: files.fsync_file(f"{p.name}/{staged}", p.dir.fd), place) for place in places]
     files.checkpoint("count:synced")
@@ -68,10 +68,15 @@ def commit(places: Sequence[Entry]) -> list[OSError | None]:
         if failed[index] is None:
             failed[index] = _each(lambda p: _put_in_place(p, staged), place)
     files.checkpoint("count:renamed")
+    return failed
+
+
+def make_durable(places: Sequence[Entry], failed: list[OSError | None]) -> None:
+    """The job folders of the counts `commit` put in place (`failed[i]` None), on disk: the
+    count's rename, and what was made beside it since (the run folder)."""
     for index, place in enumerate(places):
         if failed[index] is None:
             failed[index] = _each(lambda p: files.fsync_dir(p.name, p.dir.fd), place)
-    return failed
 
 
 def _put_in_place(place: Entry, staged: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from jobs import counter, depends, incoming, job_files, operator, owners, run_folder, stats, submissions, sweep, view
-from jobs.claim import Claim, Claimer, ClaimState, Finished
+from jobs.claim import Claim, Claimer, ClaimState, Finished, begin_runs
 from jobs.config import TMP_AGE
 from jobs.errors import QueueReplaced
 from jobs.fate import RunEnd
@@ -147,11 +147,16 @@ class Serving:
     ) -> Claim | None:
         return self._claimer.claim(owner, _now(now), functions, paused, staged)
 
-    def commit_counts(self, claims: Sequence[Claim]) -> list[OSError | None]:
-        """Put the staged counts of `claims` (`claim(staged=True)`) on disk, the barriers shared
-        (`counter.commit`); for each claim, None, or why its count is not (FileNotFoundError: a
-        sweep took the job back first, so nothing of it may run)."""
-        return counter.commit([claim.place for claim in claims])
+    def commit_counts(self, claims: Sequence[Claim], now: float | None = None) -> list[OSError | None]:
+        """Put the staged counts of `claims` (`claim(staged=True)`) in place, make their run
+        folders, then put both on disk, the barriers shared (`counter.commit`, `claim.begin_runs`,
+        `counter.make_durable`); for each claim, None, or why it cannot run (FileNotFoundError:
+        a sweep took the job back first, so nothing of it may run)."""
+        places = [claim.place for claim in claims]
+        failed = counter.commit(places)
+        begin_runs(self.folder, claims, failed, _now(now))
+        counter.make_durable(places, failed)
+        return failed
 
     def claim_state(self, claim: Claim) -> ClaimState:
         return self._claimer.state(claim)

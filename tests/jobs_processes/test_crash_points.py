@@ -409,6 +409,8 @@ CASES = [
     ("claim-staged", "count:renamed", Expect()),
     ("claim-staged-last-attempt", "count:synced", Expect()),  # the one attempt not used: it still runs
     ("claim-staged-last-attempt", "count:renamed", Expect("dead:attempts exhausted")),
+    ("claim-staged", "claim:attempt-created", Expect()),  # counted, its run folder made at the commit
+    ("claim-staged-last-attempt", "claim:attempt-created", Expect("dead:attempts exhausted")),
     ("claim-to-wait", "claim:edges-written", Expect()),  # still claimed: its owner's reaper gives it back
     ("claim-to-wait", "claim:waiting", Expect()),  # waiting, not settled: the parent's end releases it
     ("claim-to-wait", "renamed:waiting", Expect()),

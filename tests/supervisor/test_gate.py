@@ -86,8 +86,8 @@ def test_a_claim_taken_back_before_its_count_is_on_disk_is_not_run(
     procs: Processes, queue: Queue, tmp_path: Path, at_checkpoint: dict[str, object]
 ) -> None:
     """A sweep takes the job back while its child waits (here: between the count's fsync and
-    its rename): the child is let go, nothing of the run is left in its folder, the count
-    is not moved, and the job runs once, later."""
+    its rename): the child is let go, the count is not moved, no run folder was made, and
+    the job runs once, later."""
     log = tmp_path / "runs"
     job_id = queue.enqueue("sample.log_run", str(log))
     manager = procs.manager(queue)
@@ -96,20 +96,18 @@ def test_a_claim_taken_back_before_its_count_is_on_disk_is_not_run(
     taken: list[str] = []
 
     def take_back() -> None:
-        run = claimed / "attempt-1"
-        taken.append(",".join(sorted(os.listdir(run))))  # what the run's folder held while its child waited
+        taken.append(sorted(name for name in os.listdir(claimed) if name.startswith("attempt-")))
         os.rename(claimed, ready)
 
     at_checkpoint["count:synced"] = take_back
     wait_until(lambda: taken, 10, "the claim was taken back at the commit", manager=manager)
-    assert taken == ["policy.json"], "the waiting child wrote nothing into its run's folder"
+    assert taken == [[]], "no run folder before the count is in place"
     wait_until(lambda: queue.job(job_id).state is State.DONE, 20, "the job ran later", manager=manager)
     found = queue.job(job_id)
     assert _runs(log) == 1, dump(found)
     assert found.attempts == 1, dump(found)
-    first = queue.path / "done" / job_id / "attempt-1"
-    assert not (first / "stdout").exists(), "the run let go left no trace"
-    assert not (first / "pid").exists()
+    assert {"outcome.json", "pid", "stdout"} <= set(os.listdir(queue.path / "done" / job_id / "attempt-1"))
+    assert not (queue.path / "done" / job_id / "attempt-2").exists(), "the run let go left no folder"
 
 
 def test_a_count_the_disk_cannot_take_gives_the_job_back_uncounted(
