@@ -236,14 +236,16 @@ class Claimer:
             files.checkpoint("claim:counted")
             path = Path(place.path)
             if staged:  # its run folder is made once its count is in place (`begin_runs`)
-                run = view.last_attempt(job) + 1
-                return Claim(job_id, owner, path, spec, run, used + 1, policy, place, False, record)
-            claim = Claim(job_id, owner, path, spec, self._new_run_folder(job), used + 1, policy, place)
-            files.checkpoint("claim:attempt-created")
-            if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still (SIGSTOP)
-                _abandon_run(job, claim.run)
-                return None
-            _first_records(self.folder, job, claim, record, now)
+                claim = Claim(job_id, owner, path, spec, _free_run(job), used + 1, policy, place, False, record)
+            else:
+                claim = Claim(job_id, owner, path, spec, self._new_run_folder(job), used + 1, policy, place)
+                files.checkpoint("claim:attempt-created")
+                if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still
+                    _abandon_run(job, claim.run)
+                    return None
+                _write_policy(self.folder, job, claim.run, record)
+            attempt = f"attempt {claim.attempt}/{policy.max_attempts} (run {claim.run})"
+            self.folder.log_event(job, f"claimed by {owner}: {attempt}", now)
         return claim
 
     def _not_yet(self, place: Entry, job_id: str, spec: JobSpec, found: depends.Readiness | Cause, now: float) -> None:
@@ -515,9 +517,9 @@ def _bury(folder: QueueFolder, place: Entry, job_id: str, cause: Cause, now: flo
             raise lost from None
 
 
-def begin_runs(folder: QueueFolder, claims: Sequence[Claim], failed: list[OSError | None], now: float) -> None:
+def begin_runs(folder: QueueFolder, claims: Sequence[Claim], failed: list[OSError | None]) -> None:
     """The run folders of staged claims whose counts are now in place (`failed[i]` None), with
-    their first records; a claim whose folder cannot be made gets why in `failed`. Made after
+    their policies; a claim whose folder cannot be made gets why in `failed`. Made after
     the count and before the job folder's fsync (`counter.make_durable`): a run folder never
     stands without its count, even when the manager is killed in between."""
     for index, claim in enumerate(claims):
@@ -526,18 +528,24 @@ def begin_runs(folder: QueueFolder, claims: Sequence[Claim], failed: list[OSErro
                 with claim.place.open() as job:
                     folder.make_dir(job / f"attempt-{claim.run}")
                     files.checkpoint("claim:attempt-created")
-                    _first_records(folder, job, claim, claim.record, now)
+                    _write_policy(folder, job, claim.run, claim.record)
             except OSError as exc:
                 failed[index] = exc
 
 
-def _first_records(folder: QueueFolder, job: Dir, claim: Claim, record: bytes, now: float) -> None:
-    """A new run's policy and the event of its claim."""
+def _free_run(job: Dir) -> int:
+    """The number the next run's folder will have (made later, by `begin_runs`): after the
+    newest run, past any entry that stands in the way (as `_new_run_folder` steps over one)."""
+    number = view.last_attempt(job) + 1
+    while job.exists(f"attempt-{number}"):
+        number += 1
+    return number
+
+
+def _write_policy(folder: QueueFolder, job: Dir, run: int, record: bytes) -> None:
     # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-    with job.sub(f"attempt-{claim.run}") as opened:
+    with job.sub(f"attempt-{run}") as opened:
         files.write_new(POLICY_FILE, record, durable=False, mode=folder.file_mode, dir_fd=opened.fd)
-    attempt = f"attempt {claim.attempt}/{claim.policy.max_attempts} (run {claim.run})"
-    folder.log_event(job, f"claimed by {claim.owner}: {attempt}", now)
 
 
 def _abandon_run(job: Dir, run: int) -> None:

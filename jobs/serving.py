@@ -147,14 +147,14 @@ class Serving:
     ) -> Claim | None:
         return self._claimer.claim(owner, _now(now), functions, paused, staged)
 
-    def commit_counts(self, claims: Sequence[Claim], now: float | None = None) -> list[OSError | None]:
+    def commit_counts(self, claims: Sequence[Claim]) -> list[OSError | None]:
         """Put the staged counts of `claims` (`claim(staged=True)`) in place, make their run
         folders, then put both on disk, the barriers shared (`counter.commit`, `claim.begin_runs`,
         `counter.make_durable`); for each claim, None, or why it cannot run (FileNotFoundError:
         a sweep took the job back first, so nothing of it may run)."""
         places = [claim.place for claim in claims]
         failed = counter.commit(places)
-        begin_runs(self.folder, claims, failed, _now(now))
+        begin_runs(self.folder, claims, failed)
         counter.make_durable(places, failed)
         return failed
 

@@ -62,6 +62,7 @@ class Running:
     box: CgroupRun | None = None  # its run's cgroup, where runs have one
     output_unbounded: bool = False  # its output could not be bounded as it ran (said once)
     cost: dict[str, Any] | None = None  # what its cgroup counted, read at its end (`CgroupRun.cost`)
+    shut_out: bool = False  # its gate was shut: no code of its job ran, and its run has no folder
 
     @property
     def released(self) -> bool:

@@ -315,6 +315,7 @@ class Served:
                 gate.open()
                 continue
             gate.shut()
+            running.shut_out = True
             if isinstance(why, FileNotFoundError):
                 log.warning("job %s: its claim was taken back before it started; not run", running.claim.job_id)
                 running.lose()

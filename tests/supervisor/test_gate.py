@@ -7,6 +7,7 @@ crash-state tests; the checkpoints of the commit: tests/jobs_processes/test_cras
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -106,7 +107,10 @@ def test_a_claim_taken_back_before_its_count_is_on_disk_is_not_run(
     found = queue.job(job_id)
     assert _runs(log) == 1, dump(found)
     assert found.attempts == 1, dump(found)
-    assert {"outcome.json", "pid", "stdout"} <= set(os.listdir(queue.path / "done" / job_id / "attempt-1"))
+    run = queue.path / "done" / job_id / "attempt-1"
+    assert {"outcome.json", "pid", "stdout"} <= set(os.listdir(run))
+    # The run let go had the same number: nothing of it may land in the run that took it up.
+    assert json.loads((run / "outcome.json").read_text())["succeeded"] is True, dump(found)
     assert not (queue.path / "done" / job_id / "attempt-2").exists(), "the run let go left no folder"
 
 
