@@ -71,8 +71,7 @@ class Claim:
     attempt: int  # which attempt this run is, counted against `policy.max_attempts`
     policy: Policy
     place: Entry = field(compare=False, repr=False)
-    counted: bool = True  # False: its count is staged, on disk once `commit_counts` returns (see `counter`)
-    record: bytes = field(default=b"", compare=False, repr=False)  # (staged: its policy.json, written by `begin_runs`)
+    counted: bool = True  # False: its count and run folder are staged, in place once `commit_counts` returns
 
     @property
     def run_path(self) -> Path:
@@ -235,15 +234,17 @@ class Claimer:
             staged = counter.count_run(self.folder, place, job, used, wants.staged)  # (staged: `Serving.commit_counts`)
             files.checkpoint("claim:counted")
             path = Path(place.path)
-            if staged:  # its run folder is made once its count is in place (`begin_runs`)
-                claim = Claim(job_id, owner, path, spec, _free_run(job), used + 1, policy, place, False, record)
+            if staged:  # its run folder is staged too, and put in place once its count is (`begin_runs`)
+                claim = Claim(job_id, owner, path, spec, _free_run(job), used + 1, policy, place, False)
+                self.folder.make_dir(job / f".attempt-{claim.run}")
+                _write_policy(self.folder, job, f".attempt-{claim.run}", record)
             else:
                 claim = Claim(job_id, owner, path, spec, self._new_run_folder(job), used + 1, policy, place)
                 files.checkpoint("claim:attempt-created")
                 if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still
                     _abandon_run(job, claim.run)
                     return None
-                _write_policy(self.folder, job, claim.run, record)
+                _write_policy(self.folder, job, f"attempt-{claim.run}", record)
             attempt = f"attempt {claim.attempt}/{policy.max_attempts} (run {claim.run})"
             self.folder.log_event(job, f"claimed by {owner}: {attempt}", now)
         return claim
@@ -276,7 +277,7 @@ class Claimer:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
         It lists the job folder rather than trusting the counter: an operator's `retry`
         resets the counter, and a hand-edited job may have gaps, but run numbers only grow."""
-        number = view.last_attempt(job) + 1
+        number = _free_run(job)
         while True:
             try:
                 self.folder.make_dir(job / f"attempt-{number}")
@@ -517,34 +518,40 @@ def _bury(folder: QueueFolder, place: Entry, job_id: str, cause: Cause, now: flo
             raise lost from None
 
 
-def begin_runs(folder: QueueFolder, claims: Sequence[Claim], failed: list[OSError | None]) -> None:
-    """The run folders of staged claims whose counts are now in place (`failed[i]` None), with
-    their policies; a claim whose folder cannot be made gets why in `failed`. Made after
-    the count and before the job folder's fsync (`counter.make_durable`): a run folder never
-    stands without its count, even when the manager is killed in between."""
+def begin_runs(claims: Sequence[Claim], failed: list[OSError | None]) -> None:
+    """The staged run folders (`.attempt-N`) of claims whose counts are now in place
+    (`failed[i]` None), put in place; a claim whose folder cannot be gets why in `failed`.
+    After the count and before the job folder's fsync (`counter.make_durable`): a run folder
+    never stands without its count, even when the manager is killed in between. (A staged
+    folder whose claim never got that far stays, hidden, and its number is not used again.)"""
     for index, claim in enumerate(claims):
         if failed[index] is None:
             try:
-                with claim.place.open() as job:
-                    folder.make_dir(job / f"attempt-{claim.run}")
-                    files.checkpoint("claim:attempt-created")
-                    _write_policy(folder, job, claim.run, claim.record)
-            except OSError as exc:
-                failed[index] = exc
+                where = claim.place
+                files.move(
+                    f"{where.name}/.attempt-{claim.run}",
+                    f"{where.name}/attempt-{claim.run}",
+                    src_dir_fd=where.dir.fd,
+                    dst_dir_fd=where.dir.fd,
+                )
+                files.checkpoint("claim:attempt-created")
+            except (OSError, MoveCollision) as exc:
+                failed[index] = exc if isinstance(exc, OSError) else FileExistsError(str(exc))
 
 
 def _free_run(job: Dir) -> int:
-    """The number the next run's folder will have (made later, by `begin_runs`): after the
-    newest run, past any entry that stands in the way (as `_new_run_folder` steps over one)."""
+    """The number of the next run (its folder staged now, put in place by `begin_runs`):
+    after the newest run, past any entry that stands in the way, staged or not (as
+    `_new_run_folder` steps over one): no two claims of a job ever share a run number."""
     number = view.last_attempt(job) + 1
-    while job.exists(f"attempt-{number}"):
+    while job.exists(f"attempt-{number}") or job.exists(f".attempt-{number}"):
         number += 1
     return number
 
 
-def _write_policy(folder: QueueFolder, job: Dir, run: int, record: bytes) -> None:
+def _write_policy(folder: QueueFolder, job: Dir, run_folder: str, record: bytes) -> None:
     # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-    with job.sub(f"attempt-{run}") as opened:
+    with job.sub(run_folder) as opened:
         files.write_new(POLICY_FILE, record, durable=False, mode=folder.file_mode, dir_fd=opened.fd)
 
 

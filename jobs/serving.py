@@ -154,7 +154,7 @@ class Serving:
         a sweep took the job back first, so nothing of it may run)."""
         places = [claim.place for claim in claims]
         failed = counter.commit(places)
-        begin_runs(self.folder, claims, failed)
+        begin_runs(claims, failed)
         counter.make_durable(places, failed)
         return failed
 

@@ -168,7 +168,7 @@ FILE_RENAMES = {
     "files.py": 2,  # the primitive (`move`) and an atomic file replace (`replace_file`)
     "incoming.py": 7,  # a member's submission files, inside their folder
     "stats.py": 1,  # a gone manager's counters file, adopted
-    "claim.py": 1,  # result.json's link, inside the job folder
+    "claim.py": 2,  # result.json's link, and a staged run folder put in place, inside the job folder
     "counter.py": 1,  # a staged count put in place, inside the job folder
     "output.py": 1,  # a run's output file, compacted
 }

@@ -107,11 +107,12 @@ def test_a_claim_taken_back_before_its_count_is_on_disk_is_not_run(
     found = queue.job(job_id)
     assert _runs(log) == 1, dump(found)
     assert found.attempts == 1, dump(found)
-    run = queue.path / "done" / job_id / "attempt-1"
+    done = queue.path / "done" / job_id
+    assert not (done / "attempt-1").exists(), "the run let go has no run folder (its staged one stays hidden)"
+    assert (done / ".attempt-1").is_dir()
+    run = done / "attempt-2"  # never the let-go run's number: its cgroup and its marks were that run's
     assert {"outcome.json", "pid", "stdout"} <= set(os.listdir(run))
-    # The run let go had the same number: nothing of it may land in the run that took it up.
     assert json.loads((run / "outcome.json").read_text())["succeeded"] is True, dump(found)
-    assert not (queue.path / "done" / job_id / "attempt-2").exists(), "the run let go left no folder"
 
 
 def test_a_count_the_disk_cannot_take_gives_the_job_back_uncounted(
