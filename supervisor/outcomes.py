@@ -104,9 +104,11 @@ class Outcomes:
 
     def _harvest(self, running: Running, status: forking.ExitStatus, ended: float) -> None:
         claim = running.claim
+        if running.shut_out:  # let go at its gate: nothing of its run happened, and it has no run folder
+            if not running.lost:  # (lost: a sweep has the job already, and its run number may be the next claim's)
+                self.release(claim, "its count could not be put on disk")  # back, no attempt used, no run recorded
+            return
         if running.lost:
-            if running.shut_out:
-                return  # let go at its gate: nothing of its run happened, and its run number may be the next claim's
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
             self._note_lost(running, status)
             return

@@ -138,3 +138,4 @@ def test_a_count_the_disk_cannot_take_gives_the_job_back_uncounted(
     assert found.attempts == 1, dump(found)
     assert "attempts" in os.listdir(queue.path / "done" / job_id)
     assert not stat.S_ISFIFO(os.lstat(queue.path / "done" / job_id / "attempts").st_mode)
+    assert not (queue.path / "done" / job_id / "attempt-1").exists(), "the refused run left no run folder"
