@@ -86,7 +86,7 @@ from jobs.fate import CANCELLED, DRAIN, Cause, Reason, RunEnd, Verdict
 from jobs.folder import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE
 from jobs.job import COMMAND, JobOptions, JobSpec, State, is_job_id, new_job_id
 from jobs.job_view import Job, Run
-from jobs.lease import Liveness, Owner, is_owner_name, unknown_liveness
+from jobs.lease import Liveness, Owner, host_part, is_owner_name, unknown_liveness
 from jobs.pause import NOT_PAUSED, PAUSE_FILE, Paused
 from jobs.planner import Planner
 from jobs.policy import Functions, Policy, Source
@@ -181,6 +181,7 @@ __all__ = [
     "current",
     "format_duration",
     "format_size",
+    "host_part",
     "is_job_id",
     "is_owner_name",
     "new_job_id",

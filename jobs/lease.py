@@ -60,8 +60,7 @@ class Owner:
         """An owner for this host and `pid`, with a fresh unique folder name."""
         pid = os.getpid() if pid is None else pid
         host = socket.gethostname()
-        safe_host = re.sub(r"[^A-Za-z0-9-]", "-", host)[:64] or "host"
-        return cls(name=f"{safe_host}.{pid}.{os.urandom(3).hex()}", host=host, pid=pid, **details)
+        return cls(name=f"{host_part(host)}.{pid}.{os.urandom(3).hex()}", host=host, pid=pid, **details)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), indent=1).encode() + b"\n"
@@ -98,6 +97,11 @@ def _is_number(value: object) -> bool:
 
 def is_owner_name(name: str) -> bool:
     return bool(_OWNER_RE.match(name))
+
+
+def host_part(host: str) -> str:
+    """How an owner's name begins on `host` (HOST.PID.RANDOM)."""
+    return re.sub(r"[^A-Za-z0-9-]", "-", host)[:64] or "host"
 
 
 Liveness = Callable[[Owner], bool | None]

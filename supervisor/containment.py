@@ -37,13 +37,14 @@ import logging
 import os
 import select
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs import is_owner_name
+from jobs import host_part, is_owner_name
 from supervisor import cgroupfs, run_memory
 from supervisor.cgroupfs import FOLDER
 from supervisor.errors import Unavailable
@@ -54,6 +55,7 @@ RUN_MARK = "FORKVISOR_ATTEMPT_DIR"  # in the environment of every process a run 
 FD_MARK = "forkvisor-run:"  # the name of the memfd every process of a run holds (`mark_run`)
 _MEMFD = "/memfd:"  # how /proc shows a memfd's name (then " (deleted)")
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+LEFTOVERS_TIMEOUT = 10.0  # how long the end of a dead owner's leftovers is waited for
 
 
 # -- finding where runs may go ---------------------------------------------------------------
@@ -115,8 +117,15 @@ class Containment:
     def close_owner(self, owner: str) -> None:
         """Remove the place of an owner's runs, if empty (when it stops)."""
 
-    def prune(self) -> None:
-        """Remove the empty places of dead owners' runs (at a manager's start)."""
+    def clear_dead_owners(self) -> None:
+        """End what the runs of this host's dead managers left, wait for it to be gone, and
+        remove their places: at a manager's start, before it claims anything. Their reaper
+        does the same before it gives their jobs back, but a sweeper of another host cannot
+        (it sees no process of this one): without this, a manager restarted here could
+        run a job's retry beside what its earlier run left."""
+        for owner in sorted(_marked_owners()):
+            if _dead_here(owner) and not _end_marked(owner, LEFTOVERS_TIMEOUT):
+                log.warning("what dead manager %s left on this host is not all gone", owner)
 
     def new_run(self, owner: str, job_id: str, run: int, memory_limit: int | None = None) -> CgroupRun | None:
         """A cgroup for a run about to start (None: not in cgroups), with its memory limited
@@ -180,25 +189,20 @@ class CgroupContainment(Containment):
         if self.memory is not None:
             self.memory.close_owner(owner)
 
-    def prune(self) -> None:
-        """Remove the empty cgroups of owners whose process is gone (never one with a process
-        in it: the kernel refuses; a dead owner's leftovers are its reaper's to kill)."""
+    def clear_dead_owners(self) -> None:
+        """Also kill the cgroups of this host's dead owners (their runs', all at once), wait
+        for them to empty, and remove them; an owner whose pid lives (its manager, or a
+        process that took its pid) is left to its reaper, who knows its start time."""
+        super().clear_dead_owners()  # a dead manager that ran without cgroups
         try:
-            owners = [name for name in os.listdir(self.base) if is_owner_name(name)]
+            owners = [name for name in os.listdir(self.base) if _dead_here(name)]
         except OSError:
             return
         for name in owners:
-            if os.path.exists(f"/proc/{name.split('.')[-2]}"):
-                continue  # its manager (or a process with its pid) lives: not ours to touch
-            folder = os.path.join(self.base, name)
-            for run in _subfolders(folder):
-                CgroupRun(run).remove()
-            try:
-                os.rmdir(folder)
-            except OSError:
-                pass  # a run still has processes
+            if not _end_cgroups(os.path.join(self.base, name), LEFTOVERS_TIMEOUT):
+                log.warning("what dead manager %s left on this host is not all gone", name)
         if self.memory is not None:
-            self.memory.prune(lambda name: is_owner_name(name) and not os.path.exists(f"/proc/{name.split('.')[-2]}"))
+            self.memory.prune(_dead_here)
 
     def new_run(self, owner: str, job_id: str, run: int, memory_limit: int | None = None) -> CgroupRun | None:
         path = os.path.join(self.base, owner, f"{job_id}.{run}")
@@ -382,6 +386,33 @@ def end_leftovers(runs_folder: str | None, owner: str, timeout: float = 10.0) ->
     if runs_folder is not None and _is_runs_folder(runs_folder, owner):
         return _end_cgroups(runs_folder, timeout)
     return _end_marked(owner, timeout)
+
+
+def _dead_here(owner: str) -> bool:
+    """Whether `owner` names a manager of this host whose process is gone (by its pid: one
+    reused meanwhile makes it look alive, which leaves its leftovers to its reaper, never
+    ends a live manager's runs)."""
+    if not is_owner_name(owner):
+        return False
+    host, pid, _ = owner.rsplit(".", 2)
+    return host == host_part(socket.gethostname()) and not os.path.exists(f"/proc/{pid}")
+
+
+def _marked_owners() -> set[str]:
+    """The owners named by the marks of this pid namespace's processes (a job may forge the
+    mark of its environment: it can only have itself ended with that owner's runs)."""
+    owners: set[str] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid() and _in_our_namespace(int(name)):
+            owners.update(mark.split("/")[2] for mark in _marks(int(name)) if mark.count("/") >= 3)
+    return owners
+
+
+def _in_our_namespace(pid: int) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
 
 
 def _is_runs_folder(path: str, owner: str) -> bool:

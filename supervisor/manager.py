@@ -92,7 +92,7 @@ class Manager:
         titles.prepare()  # before the environment changes (below), or no title would ever show
         privileges.forget_own_variables(os.environ)  # read by now; no job inherits them
         self.containment = containment.detect(options.containment)
-        self.containment.prune()  # what dead managers of this host left empty
+        self.containment.clear_dead_owners()  # before any claim: no retry beside an earlier run
         caps = queue_caps(opened, queue_concurrency or {})
         self.served = serve(opened, self.registry, settings, caps, self.request_drain, self.containment)
         self.phase = Phase.NEW

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs import Queue, State
+from jobs import Queue, State, unknown_liveness
 from supervisor import containment, sweeper
 from supervisor.containment import CgroupContainment
 from tests.processes import Processes, _reap_zombies, dump, wait_until
@@ -64,7 +64,7 @@ def gone(mark: str) -> bool:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("successor", ["manager", "sweeper"])
+@pytest.mark.parametrize("successor", ["manager", "sweeper", "another host's sweeper"])
 def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
     procs: Processes, queue: Queue, barriers: Path, mode: str, successor: str
 ) -> None:
@@ -80,12 +80,23 @@ def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
         wait_until(lambda: sweeper.sweep_once(queue, _functions(), 60.0, None)["reverted"] == len(KINDS), 10)
         for kind, (_, mark, _) in jobs.items():
             assert gone(mark), f"the sweep gave the {kind} job back while its earlier run lives: {marked(mark)}"
+    if successor == "another host's sweeper":  # sees the lease run out, can end nothing here
+        wait_until(lambda: _foreign_sweep(queue)["reverted"] == len(KINDS), 10)
+        for kind, (_, mark, _) in jobs.items():
+            assert marked(mark), f"the {kind} job's earlier run is gone: the successor would have nothing to end"
     last = procs.run_manager(queue, "--commands", "--concurrency", "5", "--containment", mode, "--burst", name="last")
     assert procs.wait_exit(last, 30, "the successor") == 0, procs.log(last)
     for kind, (job_id, mark, log) in jobs.items():
         assert queue.job(job_id).state is State.DONE, dump(queue.job(job_id))
         assert lines(log) == ["clean 1", "up 1", "clean 2"], f"{kind}: {lines(log)}"
         wait_until(lambda mark=mark: gone(mark), 5, f"no process of the {kind} job is left")
+
+
+def _foreign_sweep(queue: Queue) -> dict[str, int]:
+    """A sweep as another host's sweeper makes it, a day on: it cannot tell whether the owner
+    lives (the lease decides), and no process of this host is its to end."""
+    later = queue.serving.filesystem_now() + 86_400
+    return queue.serving.sweep(later, unknown_liveness, functions=_functions(), end_leftovers=lambda owner: True)
 
 
 def _functions():  # type: ignore[no-untyped-def]
