@@ -285,7 +285,8 @@ class Serving:
         return sweep.sweep(self.folder, now, is_alive, self.index.add, tmp_age, functions, skips, end_leftovers)
 
     def promote_due(self, now: float | None = None) -> list[str]:
-        """Move every due `scheduled/` job to `ready/` now; return their ids."""
+        """The sweep's promotion of what is due (`now` by default), its jobs told to this
+        claimer's index at once."""
         return sweep.promote_due(self.folder, _now(now), self.index.add, sweep.Skips())
 
     def promote(self, job_id: str, priority: int, due: float, now: float | None = None) -> bool:

@@ -71,6 +71,18 @@ TESTS: dict[str, tuple[str, ...]] = {
         "tests/jobs_processes/test_concurrent_claims.py",
         "tests/jobs_processes/test_crash_points.py",
         "tests/crashstate/test_crash_states.py::test_a_done_job_s_folder_is_synced_between_its_result_s_link_and_its_move",
+        "tests/supervisor/test_gate.py",
+    ),
+    "jobs/counter.py": (  # counted on disk before a run's code runs (guarantee 3), the gate's commit
+        "tests/jobs/test_decisions.py",
+        "tests/supervisor/test_gate.py",
+        "tests/jobs/test_recovery_edges.py",
+        "tests/jobs/test_bad_input.py",
+        "tests/jobs/test_transitions.py",
+        "tests/jobs_processes/test_crash_points.py",
+        "tests/crashstate/test_crash_states.py::test_a_run_leaves_no_trace_before_its_count_is_on_disk",
+        "tests/crashstate/test_crash_states.py::test_a_count_dropped_is_a_run_that_started_uncounted",
+        CRASH_STATES + "[drain]",
     ),
     "jobs/sweep.py": (
         "tests/jobs/test_decisions.py",
