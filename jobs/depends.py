@@ -71,8 +71,11 @@ def parent_state(folder: QueueFolder, job_id: str) -> State | None:
 
 def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> Readiness | Cause:
     """RUN if every parent is done (or, with allow_failure, ended); WAIT while one is not;
-    the cause to bury the job with if one is dead. A parent found nowhere was purged
-    after it ended: it counts as done.
+    the cause to bury the job with if one is dead. A parent found nowhere counts as done
+    only if `purged.log` names it (it ended, then was purged); else it is waited for (a
+    member's submission still being taken in), and a sweep buries its dependents once it
+    stayed nowhere for `TMP_AGE` (`repair`): no job runs as if a parent that never was
+    had ended.
 
     `ended` names the parent whose end asked for this look (None: a submitter's or an
     operator's look). Then only that parent can be newly dead: the end of any other dead
@@ -86,7 +89,7 @@ def verdict(folder: QueueFolder, spec: JobSpec, ended: str | None = None) -> Rea
         state = ended_state(folder, parent) or _located(folder, parent)
         if state is State.DEAD and not spec.allow_failure:
             return fate.dependency_dead(parent)
-        if state is not None and not state.terminal:
+        if _unended(folder, parent, state):
             return WAIT
     return RUN
 
@@ -105,9 +108,17 @@ def _every_parent(folder: QueueFolder, spec: JobSpec) -> Readiness | Cause:
         state = _located(folder, parent)
         if state is State.DEAD and not spec.allow_failure:  # it died since the first look
             return fate.dependency_dead(parent)
-        if state is not None and not state.terminal:
+        if _unended(folder, parent, state):
             return WAIT  # the rest are looked at when this one ends (its end settles this job)
     return RUN
+
+
+def _unended(folder: QueueFolder, parent: str, state: State | None) -> bool:
+    """Whether a parent found in `state` (None: nowhere) is still to end: live, or nowhere
+    without a line in `purged.log` (read only then: a parent's purge is rare)."""
+    if state is None:
+        return not _purged(folder, parent)
+    return not state.terminal
 
 
 def _located(folder: QueueFolder, job_id: str) -> State | None:

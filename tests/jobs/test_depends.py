@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 import traceback
@@ -156,6 +157,28 @@ def test_edges_of_a_parent_that_is_nowhere_are_cleared_by_a_sweep(queue: Queue) 
     assert sorted(os.listdir(queue.path / "edges" / live)) == sorted([waits_on_live, waits_on_purged, waits_on_ghost])
     assert state(queue, waits_on_ghost) is State.DEAD, "a parent that will never end"
     assert "never purged" in queue.job(waits_on_ghost).error["message"]
+
+
+@pytest.mark.parametrize("purged", [False, True])
+def test_a_parent_that_is_nowhere_counts_as_done_only_if_it_was_purged(queue: Queue, purged: bool) -> None:
+    """Once: a parent found nowhere counted as done whatever the reason, so a member whose
+    own submission was refused at its take-in (or any parent quarantined, or removed by
+    hand) had its dependent run when its other parent ended, as if that one had too. Now
+    only a parent `purged.log` names counts as done; another is waited for, and a sweep
+    buries its dependents once it stayed nowhere for TMP_AGE."""
+    gone, other = queue.enqueue(add, 1, 1), queue.enqueue(add, 2, 2)
+    child = after(queue, gone, other)
+    shutil.rmtree(queue.job(gone).path)  # nowhere now, by no end of its own
+    if purged:
+        (queue.path / "purged.log").write_text(f"2026-01-01T00:00:00Z purged done {gone}\n")
+    finish(queue, other)
+    if purged:
+        assert state(queue, child) is State.READY, "a purged parent ended before it went"
+        return
+    assert state(queue, child) is State.WAITING, "its parent that is nowhere never ended"
+    queue.serving.sweep(time.time() + TMP_AGE + 1, lambda owner: None)
+    assert state(queue, child) is State.DEAD
+    assert "never purged" in queue.job(child).error["message"]
 
 
 def test_a_members_thousand_parents_that_do_not_exist_bury_it_at_take_in(queue: Queue, hand: Hand) -> None:
