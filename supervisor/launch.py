@@ -196,20 +196,24 @@ def _discard(box: CgroupRun | None) -> None:
 
 def check_root(run_as_submitter: bool, members_as_root: bool, queues: Sequence[Queue]) -> None:
     """--run-as-submitter needs root: only root can become each job's submitter. And root
-    runs the jobs of a shared queue's members as root only when told so."""
+    runs the jobs of a shared queue's members as root only when told so, and says so."""
     if run_as_submitter and os.geteuid() != 0:
         raise ConfigError(
             f"--run-as-submitter needs a manager started as root (this is uid {os.geteuid()}): "
             "only root can become each job's submitter"
         )
-    if os.geteuid() != 0 or run_as_submitter or members_as_root:
+    if os.geteuid() != 0 or run_as_submitter:
         return
     for queue in queues:
         members = owner_group_members(os.stat(queue.path).st_gid, 0, every_user=True) if queue.shared else []
-        if members:
-            raise ConfigError(
-                f"this manager runs as root, so the jobs the members of {queue.path} submit ({', '.join(members[:3])}"
-                f"{' and others' if len(members) > 3 else ''}) would run as root: start it with --run-as-submitter "
-                "(each job as its submitter), or --user OWNER (as the queue's owner), or --members-as-root if "
-                "running them as root is what you mean"
-            )
+        if not members:
+            continue
+        named = f"{', '.join(members[:3])}{' and others' if len(members) > 3 else ''}"
+        if members_as_root:
+            log.warning("the jobs the members of %s submit (%s) run as root: --members-as-root", queue.path, named)
+            continue
+        raise ConfigError(
+            f"this manager runs as root, so the jobs the members of {queue.path} submit ({named}) would run as "
+            "root: start it with --run-as-submitter (each job as its submitter), or --user OWNER (as the queue's "
+            "owner), or --members-as-root if running them as root is what you mean"
+        )

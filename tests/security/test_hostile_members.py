@@ -4,7 +4,8 @@ manager, each followed by the conservation check (every job in exactly one place
 
     numbers      non-finite and huge numbers in a submission, in a job's progress and result
     ids          a live job's id, a scheduled one's, a schedule's next tick's; a key taken first
-    work         a thousand parents that do not exist; 1,100 folders the owner cannot open
+    work         a thousand parents that do not exist; edges of a parent that never was;
+                 1,100 folders the owner cannot open
 
 (Identity: test_identity.py; the page: test_page.py; members' rights: test_members.py.)"""
 
@@ -12,14 +13,18 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import pwd
+import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs import JobNotFound, Queue, State, new_job_id
+from jobs import TMP_AGE, JobNotFound, Queue, State, new_job_id
+from jobs.lease import OWNER_FILE
 from jobs.ticks import tick_job_id
 from tests.jobs_processes import invariants
 from tests.processes import APP, APP_PATH, FAST_CLI, Processes, forkvisor_command, wait_until
@@ -114,10 +119,11 @@ exec sleep 30
 def test_non_finite_records_of_a_members_job_never_break_the_readers(procs: Processes, roots_queue: Path) -> None:
     """A job run as its submitter owns its run's folder: what it writes there (NaN in
     progress.json and result.json) is shown as unreadable; `status`, `show`, `list` and
-    `wait` exit 0 with valid JSON, as the owner and as the member."""
+    `wait` (whose bar on a terminal reads the progress) neither crash nor print invalid
+    JSON, as the owner and as the member."""
     command = (
         "import sys; from jobs import Queue; "
-        "print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:], timeout=3, max_attempts=1))"
+        "print(Queue(sys.argv[1], create=False).enqueue_command(sys.argv[2:], timeout=60, max_attempts=1))"
     )
     done = python_as(ALICE, command, roots_queue, "sh", "-c", PLANT_RECORDS)
     assert done.returncode == 0, done.stderr
@@ -126,21 +132,65 @@ def test_non_finite_records_of_a_members_job_never_break_the_readers(procs: Proc
     try:
         queue = Queue(roots_queue, create=False)
         wait_until(lambda: _progress_written(queue, job_id), 20, "the job wrote its progress")
-        for reader in (["status", "--json"], ["show", job_id, "--json"], ["list", "--json"]):
-            for prefix in ([], as_user(ALICE)):
-                shown = subprocess.run(
-                    [*prefix, *forkvisor_command(), reader[0], str(roots_queue), *reader[1:]],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
+        for prefix in ([], as_user(ALICE)):
+            for reader in (["status", "--json"], ["show", job_id, "--json"], ["list", "--json"]):
+                shown = _read(prefix, reader[0], roots_queue, *reader[1:])
                 assert shown.returncode == 0, shown.stderr
                 for line in shown.stdout.splitlines():
                     _strict_json(line)
+            code, printed, bar = _wait_on_a_terminal(prefix, roots_queue, job_id, "--timeout", "1", "--json")
+            assert code == 124, (code, bar)  # still running: it gave up, saying so
+            assert printed == "", printed
+            assert "progress unreadable" in bar, bar
+            assert "Traceback" not in bar, bar
+        assert queue.job(job_id).state is State.CLAIMED, "every reader above saw it running"
         assert "unreadable" in json.dumps(queue.serving.run_progress(queue.job(job_id)))
+        cancelled = _read([], "cancel", roots_queue, job_id)
+        assert cancelled.returncode == 0, cancelled.stderr
+        for prefix in ([], as_user(ALICE)):
+            waited = _read(prefix, "wait", roots_queue, job_id, "--timeout", "20", "--json")
+            assert waited.returncode == 1, waited.stderr  # it ended dead
+            assert "Traceback" not in waited.stderr, waited.stderr
+            assert _strict_json(waited.stdout) == {job_id: "dead"}
     finally:
         _stop(procs, manager)
     invariants.check_invariants(roots_queue, [job_id])
+
+
+def _read(prefix: list[str], command: str, queue: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`forkvisor COMMAND QUEUE ARGS...` behind `prefix` (a user's), to its end."""
+    return subprocess.run(
+        [*prefix, *forkvisor_command(), command, str(queue), *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def _wait_on_a_terminal(prefix: list[str], queue: Path, job_id: str, *options: str) -> tuple[int, str, str]:
+    """`forkvisor wait QUEUE JOB OPTIONS` with its stderr on a pseudo-terminal (so that it
+    draws its bar, from the job's progress.json) and its stdout a pipe: its exit code,
+    what it printed, what the terminal showed."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [*prefix, *forkvisor_command(), "wait", str(queue), job_id, *options], stdout=subprocess.PIPE, stderr=terminal
+    )
+    os.close(terminal)
+    shown = b""
+    deadline = time.monotonic() + 30
+    try:
+        while (left := deadline - time.monotonic()) > 0 and select.select([controller], [], [], left)[0]:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's other side closed: wait is done
+                break
+            if not chunk:
+                break
+            shown += chunk
+        printed, _ = process.communicate(timeout=30)
+    finally:
+        os.close(controller)
+        if process.poll() is None:  # it hung: end it (the assertions say so)
+            process.kill()
+            process.wait()
+    return process.returncode, printed.decode(), shown.decode(errors="replace")
 
 
 def _progress_written(queue: Queue, job_id: str) -> bool:
@@ -224,19 +274,87 @@ def test_a_key_a_member_took_first_is_theirs_alone(procs: Processes, shared_queu
 def test_a_thousand_parents_that_do_not_exist_cost_the_manager_nothing_it_needs(
     procs: Processes, shared_queue: Path
 ) -> None:
-    """Once: 110 s of the manager's loop, its heartbeat 249 s stale, its claims reaped, a
-    SIGTERM not acted on. Now the job is dead naming the first missing parent, at once."""
+    """Once: 110 s of the manager's loop, its heartbeat 249 s stale, its own sweeper reaping
+    its claims, a SIGTERM not acted on. Now the job is dead naming the first missing parent,
+    at once; meanwhile the owner's running job keeps its lease: the owner file's heartbeat
+    never ages past it, and the job runs once, to its end."""
+    ready, release = shared_queue.parent / "long-runs", shared_queue.parent / "long-may-end"
+    manager = _manager(procs, shared_queue)
+    long = _submit(OWNER, shared_queue, "sample.wait_release", str(ready), str(release))
+    wait_until(ready.exists, 20, "the owner's long job runs")
+    [owner] = os.listdir(shared_queue / "claimed")
+    assert (shared_queue / "claimed" / owner / long).is_dir()
+    owner_file = shared_queue / "claimed" / owner / OWNER_FILE
+    lease = json.loads(owner_file.read_text())["lease"]
+    ages: list[float] = []
+
+    def heartbeat_then(condition: Callable[[], bool]) -> Callable[[], bool]:
+        def look() -> bool:
+            try:
+                ages.append(time.time() - owner_file.stat().st_mtime)
+            except FileNotFoundError:  # reaped: its sweeper judged its lease over
+                ages.append(float("inf"))
+            return condition()
+
+        return look
+
     ghosts = [new_job_id(time.time() - 3600 + n) for n in range(1000)]
     bad = _plant(BOB, shared_queue, json.dumps({"function": "sample.ok", "depends_on": ghosts}))
-    manager = _manager(procs, shared_queue)
-    wait_until(lambda: _state(shared_queue, bad) is State.DEAD, 20, "bob's job was taken in and buried")
+    buried = heartbeat_then(lambda: _state(shared_queue, bad) is State.DEAD)
+    wait_until(buried, 20, "bob's job was taken in and buried")
     good = _submit(ALICE, shared_queue, "sample.ok", "alice's")
-    wait_until(lambda: _state(shared_queue, good) is State.DONE, 20, "alice's job ran")
+    wait_until(heartbeat_then(lambda: _state(shared_queue, good) is State.DONE), 20, "alice's job ran")
+    assert max(ages) < lease, f"the heartbeat aged {max(ages):.2f}s, past the lease of {lease}s"
+    assert (shared_queue / "claimed" / owner / long).is_dir(), "the long job is still its owner's, not reaped"
+    release.write_text("")
+    wait_until(lambda: _state(shared_queue, long) is State.DONE, 20, "the owner's long job ended")
     _stop(procs, manager)
-    error = Queue(shared_queue, create=False).job(bad).error
+    queue = Queue(shared_queue, create=False)
+    ended = queue.job(long)
+    assert (ended.attempts, len(ended.history), ended.result) == (1, 1, "released"), "one run, never reaped"
+    error = queue.job(bad).error
     assert f"there is no job {ghosts[0]}" in error["message"]
     assert os.listdir(shared_queue / "edges") == [], "no edge for a parent that is not a job"
-    invariants.check_invariants(shared_queue, [bad, good])
+    invariants.check_invariants(shared_queue, [bad, good, long])
+
+
+def test_edges_for_a_parent_that_never_was_are_cleared_by_the_owners_sweep(
+    procs: Processes, shared_queue: Path
+) -> None:
+    """bob leaves `.taking.GHOST.json` (a take-in in progress, to look at) and submits a job
+    that depends on GHOST: it is taken in to wait, edges/GHOST/CHILD is written, and bob
+    removes his file: the edges name a parent that never was a job, once kept for ever and
+    walked by every sweep. Now, once they are TMP_AGE old, the owner's sweeper buries the
+    child and clears them; the edges of a parent that is merely scheduled stay, however old."""
+    later = "print(Queue(sys.argv[1], create=False).with_options(delay=3600).enqueue('sample.ok', 'later'))"
+    live = python_as(OWNER, f"import sys; from jobs import Queue; {later}", shared_queue).stdout.strip()
+    after = "print(Queue(sys.argv[1], create=False).with_options(depends_on=[sys.argv[2]]).enqueue('sample.ok'))"
+    alices = python_as(ALICE, f"import sys; from jobs import Queue; {after}", shared_queue, live).stdout.strip()
+    mine = shared_queue / "incoming" / str(pwd.getpwnam(BOB).pw_uid)
+    ghost = new_job_id(time.time() + 5)
+    seeming = f"mkdir -p -m 770 {mine} && echo '{{}}' > {mine}/.taking.{ghost}.json"
+    assert subprocess.run([*as_user(BOB), "sh", "-c", seeming], timeout=30).returncode == 0
+    child = _plant(BOB, shared_queue, json.dumps({"function": "sample.ok", "depends_on": [ghost]}))
+    manager = _manager(procs, shared_queue)
+    wait_until(lambda: _state(shared_queue, child) is State.WAITING, 20, "bob's child was taken in, to wait")
+    wait_until(lambda: _state(shared_queue, alices) is State.WAITING, 20, "alice's job was taken in, to wait")
+    gone = subprocess.run([*as_user(BOB), "rm", f"{mine}/.taking.{ghost}.json"], timeout=30)
+    assert gone.returncode == 0
+    edges = shared_queue / "edges"
+    assert os.listdir(edges / ghost) == [child], "the attack: an edge for a parent that is nowhere"
+    assert _state(shared_queue, ghost) is None
+    long_ago = time.time() - TMP_AGE - 60
+    for parent in (ghost, live):
+        os.utime(edges / parent, (long_ago, long_ago))  # both made over an hour ago
+    wait_until(lambda: _state(shared_queue, child) is State.DEAD, 20, "the sweep buried bob's child")
+    wait_until(lambda: not (edges / ghost).exists(), 20, "the sweep cleared the ghost's edges")
+    _stop(procs, manager)
+    queue = Queue(shared_queue, create=False)
+    assert ghost in queue.job(child).error["message"], queue.job(child).error
+    assert os.listdir(edges) == [live]
+    assert os.listdir(edges / live) == [alices]
+    assert (_state(shared_queue, live), _state(shared_queue, alices)) == (State.SCHEDULED, State.WAITING)
+    invariants.check_invariants(shared_queue, [live, alices, child])
 
 
 def test_folders_the_owner_cannot_open_do_not_stop_the_take_in(procs: Processes, shared_queue: Path) -> None:

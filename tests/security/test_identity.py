@@ -195,7 +195,9 @@ def test_root_serves_members_as_root_only_when_told(roots_queue: Path) -> None:
     assert Queue(roots_queue, create=False).job(job_id).state is State.INCOMING, "nothing ran"
     told = as_root("run", roots_queue, "--app", APP, *APP_PATH, "--burst", "--members-as-root")
     assert told.returncode == 0, told.stderr
+    assert "submit (fvalice" in told.stderr and "run as root: --members-as-root" in told.stderr, "said at start"
     assert Queue(roots_queue, create=False).job(job_id).result["uid"] == 0
+    invariants.check_invariants(roots_queue, [job_id])
 
 
 def test_a_forged_submitter_in_a_refused_submission_is_never_believed(roots_queue: Path) -> None:
@@ -289,6 +291,7 @@ def test_an_owners_manager_keeps_its_own_variables_from_its_jobs(users: None, op
     seen = queue.job(job_id).result
     assert "FORKVISOR_WEB_TOKEN" not in seen
     assert seen["FORKVISOR_JOB_ID"] == job_id
+    invariants.check_invariants(path, [job_id])
 
 
 def test_an_owner_group_shared_with_members_is_refused(users: None, open_dir: Path) -> None:
