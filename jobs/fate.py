@@ -72,7 +72,7 @@ class RunEnd:
     """How a run ended, decoded once by its manager from the child's exit and its run folder."""
 
     exited_ok: bool  # its first process exited 0
-    stop: str | None  # why its manager stopped it: "timeout", "memory", "cancelled", "drain"; None: it ended by itself
+    stop: str | None  # why its manager stopped it ("timeout", "memory", "output", "cancelled", "drain") or None
     has_result: bool  # its run folder holds a result (a job a drain stopped may have returned first)
     cannot_complete: bool  # it said it can never be completed (CannotComplete)
     error: Mapping[str, Any]  # why it failed, for error.json (empty when it succeeded)

@@ -10,6 +10,10 @@ the checks can hold at most what it writes between two of them. When the run has
 `compact` rewrites each file as its head, the line, and its tail (a staging file renamed
 over: a crash leaves one or the other). Readers skip the holes of a running job's file
 (`data_after`), saying what was dropped.
+
+Where the file system cannot punch holes, nothing gives blocks back while the job runs:
+its manager then stops a run once a stream holds more than its `ceiling` (its blocks, not
+its length: a job that seeks far has a long file, not a full disk).
 """
 
 from __future__ import annotations
@@ -36,6 +40,28 @@ def head_size(limit: int) -> int:
 
 def tail_size(limit: int) -> int:
     return limit - head_size(limit)
+
+
+def ceiling(limit: int) -> int:
+    """What one stream of a run may hold on a file system that cannot punch holes before its
+    manager stops the run: four times its limit, so that a job that overshoots its limit
+    (whose middle is dropped at its end anyway) still ends as it would where holes can be
+    punched, plus 16M, so that a small limit (1K) does not make a few pages fatal; what a
+    run can take of the queue's disk stays bounded, by its output limit."""
+    return 4 * limit + (16 << 20)
+
+
+def allocated(run: int) -> int:
+    """The most any of the run's output files holds on disk now (its blocks, in bytes)."""
+    most = 0
+    for name in OUTPUT_FILES:
+        fd = _open(run, name, os.O_RDONLY)
+        if fd is not None:
+            try:
+                most = max(most, os.fstat(fd).st_blocks * 512)
+            finally:
+                os.close(fd)
+    return most
 
 
 def bound(run: int, limit: int) -> None:

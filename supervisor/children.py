@@ -162,10 +162,12 @@ class Children:
 
     def stop(self, running: Running, why: Stop, now: float) -> None:
         """SIGTERM the job's tree now, SIGKILL it after the grace period (`enforce`); a frozen
-        run is thawed first, so that it can act on the SIGTERM."""
+        run is thawed first, so that it can act on the SIGTERM. A run stopped for its output
+        has until the next check only: what it writes meanwhile stays on the disk whole."""
         if running.frozen:
             self.freeze(running, False, now)
-        running.stop(why, now + self.kill_grace)
+        grace = min(self.kill_grace, self.memory_poll) if why is Stop.OUTPUT else self.kill_grace
+        running.stop(why, now + grace)
         log.warning("job %s pid %d: %s, sending SIGTERM", running.claim.job_id, running.pid, why.value)
         self._signal(running, signal.SIGTERM)
 
@@ -229,19 +231,24 @@ class Children:
             if self.strays:
                 self._end_strays()
         for running in list(self.running.values()):
-            if running.life is Life.STOPPING:
-                self._escalate(running, now)
-            elif running.life is Life.RUNNING and (hit := limits.limit_hit(running, now, check_memory)) is not None:
-                self.stop(running, hit, now)
-            if check_memory and running.claim.policy.output_limit:
-                limits.bound_output(running)
-            if check_memory and running.box is not None:
-                running.box.sample()
+            self._enforce_one(running, now, check_memory)
         if self._drain_deadline is not None and now >= self._drain_deadline:
             self._drain_deadline = None  # done once: kill_at takes it from here
             for running in self.running.values():
                 if running.life in UNSTOPPED:
                     self.stop(running, Stop.DRAIN, now)
+
+    def _enforce_one(self, running: Running, now: float, check_memory: bool) -> None:
+        if running.life is Life.STOPPING:
+            self._escalate(running, now)
+        elif running.life is Life.RUNNING and (hit := limits.limit_hit(running, now, check_memory)) is not None:
+            self.stop(running, hit, now)
+        if check_memory and running.claim.policy.output_limit:
+            over = limits.bound_output(running)
+            if over and running.life is Life.RUNNING:
+                self.stop(running, Stop.OUTPUT, now)
+        if check_memory and running.box is not None:
+            running.box.sample()
 
     def next_deadline(self, now: float) -> float:
         """When `enforce` has something to do next (a loop, not lists: it runs at every turn)."""
@@ -253,7 +260,7 @@ class Children:
                 policy = running.claim.policy
                 if policy.timeout:
                     soonest = min(soonest, limits.deadline_of(running))
-                if policy.memory_limit:
+                if policy.memory_limit or running.output_unbounded:  # (its output: held by no hole)
                     soonest = min(soonest, self._next_memory_check)
         if len(self.running) < self.concurrency and not self.forks.due(now):
             soonest = min(soonest, self.forks.next_try)
@@ -283,11 +290,32 @@ class Children:
 
     def _end_strays(self) -> None:
         """Kill the orphans (adopted: the manager is a subreaper) of runs that ended, found by
-        their run's mark: where runs have no cgroup, what a job left in another session."""
-        live = {run_mark(running) for running in self.running.values()}
+        their run's mark: where runs have no cgroup, what a job left in another session. Note
+        those of live runs with their run (`Running.strays`): its memory limit counts them
+        (by pid: our children, no other process can take theirs until we reap them), and one
+        look at our children serves both."""
+        live = {run_mark(running): running for running in self.running.values()}
+        for running in live.values():
+            running.strays = []
         known = {*self.running, *self.others()}
-        for pid, marks in signal_strays(known, lambda marks: not marks & live, signal.SIGKILL):
-            log.warning("killed pid %d, left by the ended run %s", pid, ", ".join(sorted(marks)))
+        for pid, pidfd, marks in containment.strays(known):
+            try:
+                self._sort_stray(pid, pidfd, [live[mark] for mark in marks if mark in live], marks)
+            finally:
+                os.close(pidfd)
+
+    @staticmethod
+    def _sort_stray(pid: int, pidfd: int, runs: list[Running], marks: set[str]) -> None:
+        """A stray goes with its live runs, or (of none) is killed, through its pidfd."""
+        for running in runs:
+            running.strays.append(pid)
+        if runs:
+            return
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # gone meanwhile
+        log.warning("killed pid %d, left by the ended run %s", pid, ", ".join(sorted(marks)))
 
     @staticmethod
     def _signal_marked(running: Running, signum: signal.Signals) -> None:

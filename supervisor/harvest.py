@@ -126,6 +126,10 @@ def limit_error(running: Running, status: ExitStatus) -> dict[str, Any] | None:
         if peak is not None:  # the kernel's limit, and its count of the peak
             return {"type": "MemoryLimit", "message": f"killed: memory limit {limit}, peak {format_size(peak)}"}
         return {"type": "MemoryLimit", "message": f"used more than {limit} RSS; {status.describe()}"}
+    if running.stopped is Stop.OUTPUT:  # where holes cannot be punched (`limits.bound_output`)
+        ceiling, limit = format_size(output.ceiling(policy.output_limit or 0)), format_size(policy.output_limit)
+        why = f"wrote more than {ceiling} to one stream, where output_limit {limit} cannot be held as it runs"
+        return {"type": "OutputLimit", "message": f"{why}; {status.describe()}"}
     if running.stopped is Stop.CANCELLED:
         return {"type": "Cancelled", "message": f"cancelled by an operator; {status.describe()}"}
     if running.stopped is Stop.DRAIN:

@@ -19,6 +19,7 @@ class Stop(Enum):
 
     TIMEOUT = "timeout"  # it ran past its timeout: the attempt failed
     MEMORY = "memory"  # it used more than its memory limit: the attempt failed
+    OUTPUT = "output"  # its output could not be bounded as it ran and went past its ceiling: failed
     CANCELLED = "cancelled"  # an operator cancelled it: dead, no further attempt
     DRAIN = "drain"  # the manager drains or stops: released, the attempt not counted
 
@@ -59,6 +60,7 @@ class Running:
     frozen_since: float | None = None  # (FROZEN) monotonic: when an operator froze it
     frozen_for: float = 0.0  # seconds it spent frozen before (its timeout does not run meanwhile)
     descendants: list[psutil.Process] = field(default_factory=list)  # (where runs have no cgroup)
+    strays: list[int] = field(default_factory=list)  # (processes mode) our adopted children of its run, last look
     box: CgroupRun | None = None  # its run's cgroup, where runs have one
     output_unbounded: bool = False  # its output could not be bounded as it ran (said once)
     cost: dict[str, Any] | None = None  # what its cgroup counted, read at its end (`CgroupRun.cost`)

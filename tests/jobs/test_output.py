@@ -87,6 +87,17 @@ def test_compacting_keeps_the_files_mode_and_an_output_within_its_limit_as_it_is
     assert (tmp_path / "stderr").read_bytes() == numbered(0, LIMIT)
 
 
+def test_what_a_stream_holds_is_its_blocks_not_its_length(tmp_path: Path, run: int) -> None:
+    """Where holes cannot be punched, a run is stopped past its ceiling by what its output
+    holds on disk: a job that seeks far has a long file, not a full disk."""
+    with (tmp_path / "stdout").open("wb") as stdout:
+        stdout.truncate(output.ceiling(LIMIT) * 4)  # one long hole
+    assert output.allocated(run) < 64 << 10
+    size = append(tmp_path, "stderr", 2 << 20)
+    assert size <= output.allocated(run) < size + (64 << 10)
+    assert output.ceiling(LIMIT) >= 4 * LIMIT
+
+
 def test_what_a_job_put_in_place_of_its_output_is_left_alone(tmp_path: Path, run: int) -> None:
     """A job run as its submitter owns its run folder: a link, a fifo or a second name of
     a file in place of its output is neither followed, blocked on, nor rewritten."""

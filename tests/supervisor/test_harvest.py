@@ -33,6 +33,7 @@ ENDS = {  # how the child ended: (exit code, signal)
 STOP_ERRORS = {
     Stop.TIMEOUT: "Timeout",
     Stop.MEMORY: "MemoryLimit",
+    Stop.OUTPUT: "OutputLimit",
     Stop.CANCELLED: "Cancelled",
     Stop.DRAIN: "Released",
 }
