@@ -95,7 +95,7 @@ from jobs.retry import DEFAULT_BACKOFF, Backoff, retry_delay
 from jobs.schedules import DEFAULT_CAP as SCHEDULE_CAP
 from jobs.schedules import DEFAULT_MISSED, MISSED, Schedule, Timing
 from jobs.stats import BUCKETS as DURATION_BUCKETS
-from jobs.stats import OUTCOMES, StatsFile, Tally
+from jobs.stats import MEMORY_BUCKETS, OUTCOMES, RunCost, StatsFile, Tally
 from jobs.store import Call, Queue, Submitter
 from jobs.timetable import ScheduleInfo
 from jobs.units import format_duration, format_size, parse_duration, parse_size
@@ -113,6 +113,7 @@ __all__ = [
     "DRAIN_FILE",
     "DURATION_BUCKETS",
     "FREEZE_FILE",
+    "MEMORY_BUCKETS",
     "MISSED",
     "NOT_PAUSED",
     "OUTCOMES",
@@ -161,6 +162,7 @@ __all__ = [
     "Registry",
     "Retry",
     "Run",
+    "RunCost",
     "RunEnd",
     "Schedule",
     "ScheduleInfo",

@@ -26,9 +26,9 @@ import bisect
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from jobs import document, files
 from jobs.errors import InvalidJob, JobsError
@@ -39,6 +39,10 @@ from jobs.lease import REAPING_PREFIX
 
 #: The upper bounds (seconds) of the run-duration histogram's buckets, +Inf last.
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, math.inf)
+#: The upper bounds (bytes) of the peak-memory histogram's buckets: 16 MiB, doubling to
+#: 32 GiB, +Inf last. Doubling keeps a typical limit (256M, 512M, 1G...) on a bound, so
+#: the runs that came near theirs show as a bucket, and 13 of them stay cheap per function.
+MEMORY_BUCKETS = (*(float(16 << 20 << n) for n in range(12)), math.inf)
 #: How a run ended: done, retried (it failed and will run again), dead, or given back
 #: without using an attempt (a drain, a stopping manager).
 OUTCOMES = ("succeeded", "retried", "dead", "released")
@@ -49,19 +53,64 @@ _NAME = re.compile(r"^(manager|sweeper)\.([A-Za-z0-9_.-]+)\.json$")
 
 
 @dataclass
-class Durations:
-    """One function's run durations as a histogram: counts per bucket of `BUCKETS`."""
+class Histogram:
+    """Counts per bucket of `bounds` (not cumulative) and the sum of what was counted."""
 
-    buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    bounds: ClassVar[tuple[float, ...]] = BUCKETS
+    buckets: list[int] = field(default_factory=list)
     total: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.buckets:
+            self.buckets = [0] * len(self.bounds)
 
     @property
     def count(self) -> int:
         return sum(self.buckets)
 
-    def add(self, seconds: float) -> None:
-        self.buckets[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.total += seconds
+    def add(self, value: float) -> None:
+        self.buckets[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def add_all(self, other: Histogram, sign: int = 1) -> None:
+        self.buckets = [a + sign * b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.total += sign * other.total
+
+
+class Durations(Histogram):
+    """One function's run durations (seconds)."""
+
+
+class Peaks(Histogram):
+    """One function's runs by their peak memory (bytes)."""
+
+    bounds = MEMORY_BUCKETS
+
+
+H = TypeVar("H", bound=Histogram)
+
+
+@dataclass(frozen=True)
+class RunCost:
+    """What one run used, as its `outcome.json`'s `cost` says (docs/FORMAT.md). None: not
+    measured (no memory cgroup; no count of processes where runs have no cgroup)."""
+
+    cpu_user: float = 0.0
+    cpu_system: float = 0.0
+    peak_memory: int | None = None
+    processes: int | None = None
+    oom_kills: int = 0
+
+    @classmethod
+    def of(cls, cost: dict[str, Any]) -> RunCost:
+        """From a `cost` the manager just made (never from a file a job could have written)."""
+        return cls(
+            cost["cpu_user"],
+            cost["cpu_system"],
+            cost.get("peak_memory"),
+            cost.get("processes_seen"),  # (absent from a cost read by wait4)
+            cost.get("oom_kills") or 0,
+        )
 
 
 @dataclass
@@ -71,6 +120,12 @@ class Tally:
     runs: dict[tuple[str, str], int] = field(default_factory=dict)  # (function, outcome) -> runs
     durations: dict[str, Durations] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # function -> CPU seconds of its runs (every process)
+    # The same split by mode: kept beside `cpu`, not instead of it, so that older readers
+    # and the files of older managers (which have only `cpu`) keep their meaning.
+    cpu_user: dict[str, float] = field(default_factory=dict)
+    cpu_system: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, Peaks] = field(default_factory=dict)  # function -> its runs' peak memory, where measured
+    processes: dict[str, int] = field(default_factory=dict)  # function -> processes seen in its runs, where counted
     oom_kills: dict[str, int] = field(default_factory=dict)  # function -> processes the kernel killed at its limit
     reverts: int = 0  # claims a sweeper gave back because their owner died or its lease expired
     expiries: int = 0  # owners a sweeper found dead or expired (and fenced)
@@ -79,35 +134,49 @@ class Tally:
     wakeups: int = 0  # turns of a manager's loop woken by new names in ready/
     changes: int = field(default=0, compare=False)  # counts made by this object: has it changed?
 
-    def run_ended(self, function: str, outcome: str, seconds: float, cpu: float = 0.0, oom_kills: int = 0) -> None:
+    def run_ended(self, function: str, outcome: str, seconds: float, cost: RunCost = RunCost()) -> None:
         self.changes += 1
-        self.cpu[function] = self.cpu.get(function, 0.0) + cpu
-        if oom_kills:
-            self.oom_kills[function] = self.oom_kills.get(function, 0) + oom_kills
         key = (function, outcome)
         self.runs[key] = self.runs.get(key, 0) + 1
-        found = self.durations.get(function)
-        if found is None:
-            found = self.durations[function] = Durations()
-        found.add(seconds)
+        self.durations.setdefault(function, Durations()).add(seconds)
+        self._cost(function, cost)
+
+    def _cost(self, function: str, cost: RunCost) -> None:
+        self.cpu[function] = self.cpu.get(function, 0.0) + cost.cpu_user + cost.cpu_system
+        self.cpu_user[function] = self.cpu_user.get(function, 0.0) + cost.cpu_user
+        self.cpu_system[function] = self.cpu_system.get(function, 0.0) + cost.cpu_system
+        if cost.peak_memory is not None:  # an unmeasured peak is not a peak of 0
+            self.peaks.setdefault(function, Peaks()).add(cost.peak_memory)
+        if cost.processes is not None:
+            self.processes[function] = self.processes.get(function, 0) + cost.processes
+        if cost.oom_kills:
+            self.oom_kills[function] = self.oom_kills.get(function, 0) + cost.oom_kills
 
     def add(self, other: Tally, sign: int = 1) -> None:
         """Add `other`'s counts to these (subtract them with `sign` -1)."""
         for key, count in other.runs.items():
             self.runs[key] = self.runs.get(key, 0) + sign * count
         for function, durations in other.durations.items():
-            mine = self.durations.setdefault(function, Durations())
-            mine.buckets = [a + sign * b for a, b in zip(mine.buckets, durations.buckets, strict=True)]
-            mine.total += sign * durations.total
-        for function, seconds in other.cpu.items():
-            self.cpu[function] = self.cpu.get(function, 0.0) + sign * seconds
-        for function, kills in other.oom_kills.items():
-            self.oom_kills[function] = self.oom_kills.get(function, 0) + sign * kills
+            self.durations.setdefault(function, Durations()).add_all(durations, sign)
+        for function, peaks in other.peaks.items():
+            self.peaks.setdefault(function, Peaks()).add_all(peaks, sign)
+        for mine, theirs in self._per_function_counts(other):
+            for function, value in theirs.items():
+                mine[function] = mine.get(function, 0) + sign * value
         self.reverts += sign * other.reverts
         self.expiries += sign * other.expiries
         self.races += sign * other.races
         self.gone += sign * other.gone
         self.wakeups += sign * other.wakeups
+
+    def _per_function_counts(self, other: Tally) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        return [
+            (self.cpu, other.cpu),
+            (self.cpu_user, other.cpu_user),
+            (self.cpu_system, other.cpu_system),
+            (self.processes, other.processes),
+            (self.oom_kills, other.oom_kills),
+        ]
 
     def copy(self) -> Tally:
         copied = Tally()
@@ -122,8 +191,12 @@ class Tally:
             "kind": "forkvisor-stats",
             "version": 1,
             "runs": [[function, outcome, count] for (function, outcome), count in sorted(self.runs.items())],
-            "durations": {name: {"buckets": each.buckets, "sum": each.total} for name, each in self.durations.items()},
+            "durations": _histograms_json(self.durations),
             "cpu": self.cpu,
+            "cpu_user": self.cpu_user,
+            "cpu_system": self.cpu_system,
+            "peak_memory": _histograms_json(self.peaks),
+            "processes": self.processes,
             "oom_kills": self.oom_kills,
             "reverts": self.reverts,
             "expiries": self.expiries,
@@ -140,27 +213,44 @@ class Tally:
         tally = cls(reverts=_count(found.get("reverts", 0)), expiries=_count(found.get("expiries", 0)))
         tally.races, tally.wakeups = _count(found.get("races", 0)), _count(found.get("wakeups", 0))  # (older: none)
         tally.gone = _count(found.get("gone", 0))
-        runs, durations = found.get("runs", []), found.get("durations", {})
-        if not isinstance(runs, list) or not isinstance(durations, dict) or len(durations) > MAX_FUNCTIONS:
-            raise InvalidJob("stats: runs must be a list and durations an object of at most 1000 functions")
+        runs = found.get("runs", [])
+        if not isinstance(runs, list):
+            raise InvalidJob("stats: runs must be a list")
         for row in runs[: MAX_FUNCTIONS * len(OUTCOMES)]:
             if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and row[1] in OUTCOMES):
                 raise InvalidJob(f"stats: a run count must be [function, outcome, count], not {row!r:.80}")
             tally.runs[(row[0], row[1])] = _count(row[2])
-        for function, each in durations.items():
-            buckets = each.get("buckets") if isinstance(each, dict) else None
-            total = each.get("sum") if isinstance(each, dict) else None
-            if not (isinstance(buckets, list) and len(buckets) == len(BUCKETS)) or not isinstance(total, int | float):
-                raise InvalidJob(f"stats: the durations of {function!r:.80} are not a histogram of {len(BUCKETS)}")
-            tally.durations[function] = Durations([_count(n) for n in buckets], float(total))
-        tally.cpu = _per_function(found.get("cpu", {}), _seconds)  # (absent from files of older managers)
-        tally.oom_kills = _per_function(found.get("oom_kills", {}), _count)
+        tally.durations = _histograms(found.get("durations", {}), Durations, "durations")
+        # Each below is absent from the files of older managers: none counted yet.
+        tally.peaks = _histograms(found.get("peak_memory", {}), Peaks, "peak_memory")
+        tally.cpu = _per_function(found.get("cpu", {}), _seconds, "cpu")
+        tally.cpu_user = _per_function(found.get("cpu_user", {}), _seconds, "cpu_user")
+        tally.cpu_system = _per_function(found.get("cpu_system", {}), _seconds, "cpu_system")
+        tally.processes = _per_function(found.get("processes", {}), _count, "processes")
+        tally.oom_kills = _per_function(found.get("oom_kills", {}), _count, "oom_kills")
         return tally
 
 
-def _per_function(found: Any, check: Callable[[Any], Any]) -> dict[str, Any]:
+def _histograms_json(found: Mapping[str, Histogram]) -> dict[str, Any]:
+    return {name: {"buckets": each.buckets, "sum": each.total} for name, each in found.items()}
+
+
+def _histograms(found: Any, kind: type[H], what: str) -> dict[str, H]:
+    """`{"FUNCTION": {"buckets": [COUNT, ...], "sum": NUMBER}}`, one bucket per bound of `kind`."""
+    size = len(kind.bounds)
+    histograms = {}
+    for function, each in _per_function(found, lambda each: each, what).items():
+        buckets = each.get("buckets") if isinstance(each, dict) else None
+        total = each.get("sum") if isinstance(each, dict) else None
+        if not (isinstance(buckets, list) and len(buckets) == size) or not isinstance(total, int | float):
+            raise InvalidJob(f"stats: the {what} of {function!r:.80} are not a histogram of {size}")
+        histograms[function] = kind([_count(n) for n in buckets], float(total))
+    return histograms
+
+
+def _per_function(found: Any, check: Callable[[Any], Any], what: str) -> dict[str, Any]:
     if not isinstance(found, dict) or len(found) > MAX_FUNCTIONS:
-        raise InvalidJob("stats: cpu and oom_kills must be objects of at most 1000 functions")
+        raise InvalidJob(f"stats: {what} must be an object of at most {MAX_FUNCTIONS} functions")
     return {str(function): check(value) for function, value in found.items()}
 
 
@@ -270,4 +360,15 @@ def _gone_files(folder: QueueFolder, stats: Dir, role: str) -> Iterable[str]:
             yield name
 
 
-__all__ = ["BUCKETS", "OUTCOMES", "Durations", "StatsFile", "Tally", "read_all"]
+__all__ = [
+    "BUCKETS",
+    "MEMORY_BUCKETS",
+    "OUTCOMES",
+    "Durations",
+    "Histogram",
+    "Peaks",
+    "RunCost",
+    "StatsFile",
+    "Tally",
+    "read_all",
+]

@@ -16,12 +16,12 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from jobs import DURATION_BUCKETS, OUTCOMES, JobsError, Queue, State, Tally
+from jobs import DURATION_BUCKETS, MEMORY_BUCKETS, OUTCOMES, JobsError, Queue, State, Tally
 from supervisor import snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -77,9 +77,7 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         "CPU time of runs: every process of each with cgroups, else the job's and those it waited for",
         labels=["queue", "function"],
     )
-    oom_kills = CounterMetricFamily(
-        "forkvisor_oom_kills", "Processes of runs the kernel killed at their memory limit", labels=["queue", "function"]
-    )
+    cost = _cost_families()
     expiries = CounterMetricFamily(
         "forkvisor_lease_expiries", "Managers a sweeper found dead or past their lease", labels=["queue"]
     )
@@ -112,8 +110,7 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         _add_counters(queue, tally, runs, retries, dead, durations)
         for function in sorted(tally.cpu):
             cpu.add_metric([queue, function], tally.cpu[function])
-        for function in sorted(tally.oom_kills):
-            oom_kills.add_metric([queue, function], tally.oom_kills[function])
+        _add_cost(queue, tally, cost)
         expiries.add_metric([queue], tally.expiries)
         reverts.add_metric([queue], tally.reverts)
         races.add_metric([queue], tally.races)
@@ -132,7 +129,7 @@ def families(readings: Iterable[Reading]) -> list[Metric]:
         dead,
         durations,
         cpu,
-        oom_kills,
+        *cost,
         expiries,
         reverts,
         races,
@@ -157,11 +154,74 @@ def _add_counters(
         dead.add_metric([queue, function], tally.runs.get((function, "dead"), 0))
         histogram = tally.durations.get(function)
         if histogram is not None:
-            cumulative, buckets = 0, []
-            for bound, count in zip(DURATION_BUCKETS, histogram.buckets, strict=True):
-                cumulative += count
-                buckets.append(("+Inf" if math.isinf(bound) else repr(bound), cumulative))
-            durations.add_metric([queue, function], buckets, histogram.total)
+            durations.add_metric([queue, function], _cumulative(DURATION_BUCKETS, histogram.buckets), histogram.total)
+
+
+class _Cost(NamedTuple):
+    """The families of what runs cost, by function, from their records' `cost` (docs/FORMAT.md)."""
+
+    cpu_user: CounterMetricFamily
+    cpu_system: CounterMetricFamily
+    peak_memory: HistogramMetricFamily
+    processes: CounterMetricFamily
+    oom_kills: CounterMetricFamily
+
+
+def _cost_families() -> _Cost:
+    """The CPU by mode is two counters beside `forkvisor_run_cpu_seconds_total` (as cAdvisor
+    keeps `container_cpu_user_seconds_total` beside its total): a `mode` label on the existing
+    one would have changed its series under every query already written. Peak memory is a
+    histogram, not a gauge of the largest: runs are events (as their durations are), buckets
+    add up across managers and hosts, and a bucket near the limit (or `histogram_quantile`)
+    says how close runs come to it, which one all-time maximum cannot."""
+    labels = ["queue", "function"]
+    return _Cost(
+        CounterMetricFamily(
+            "forkvisor_run_cpu_user_seconds", "User CPU time of runs (part of forkvisor_run_cpu_seconds)", labels=labels
+        ),
+        CounterMetricFamily(
+            "forkvisor_run_cpu_system_seconds",
+            "System CPU time of runs (part of forkvisor_run_cpu_seconds)",
+            labels=labels,
+        ),
+        HistogramMetricFamily(
+            "forkvisor_run_peak_memory_bytes",
+            "Peak memory of each run: of all its processes at once with a memory cgroup, else of its largest",
+            labels=labels,
+        ),
+        CounterMetricFamily(
+            "forkvisor_run_processes",
+            "Processes runs started, as many as their cgroups were seen to hold (at least); not counted without one",
+            labels=labels,
+        ),
+        CounterMetricFamily(
+            "forkvisor_oom_kills", "Processes of runs the kernel killed at their memory limit", labels=labels
+        ),
+    )
+
+
+def _add_cost(queue: str, tally: Tally, cost: _Cost) -> None:
+    counters = (
+        (cost.cpu_user, tally.cpu_user),
+        (cost.cpu_system, tally.cpu_system),
+        (cost.processes, tally.processes),
+        (cost.oom_kills, tally.oom_kills),
+    )
+    for family, counts in counters:
+        for function in sorted(counts):
+            family.add_metric([queue, function], counts[function])
+    for function in sorted(tally.peaks):
+        peaks = tally.peaks[function]
+        cost.peak_memory.add_metric([queue, function], _cumulative(MEMORY_BUCKETS, peaks.buckets), peaks.total)
+
+
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    """A histogram's buckets as Prometheus has them: each counts what is at most its bound."""
+    cumulative, buckets = 0, list[tuple[str, float]]()
+    for bound, count in zip(bounds, counts, strict=True):
+        cumulative += count
+        buckets.append(("+Inf" if math.isinf(bound) else repr(bound), cumulative))
+    return buckets
 
 
 class _Fixed:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from jobs import Claim, ClaimLost, Finished, JobsError, Queue, Retry, RunEnd, State, Tally, Verdict
+from jobs import Claim, ClaimLost, Finished, JobsError, Queue, Retry, RunCost, RunEnd, State, Tally, Verdict
 from supervisor import forking, harvest
 from supervisor.health import StoreHealth
 from supervisor.running import Running, Stop
@@ -203,9 +203,7 @@ class Outcomes:
             heapq.heappush(self._retries, finished.retry)
         ended = _ended(finished)
         outcome = end.outcome
-        cost = outcome["cost"]
-        cpu = cost["cpu_user"] + cost["cpu_system"]
-        self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"], cpu, cost["oom_kills"] or 0)
+        self.tally.run_ended(running.claim.spec.function, ended, outcome["wall_time"], RunCost.of(outcome["cost"]))
         if log.isEnabledFor(logging.INFO):  # per job: build the words only if they are wanted
             self._say(running, status, end, finished, ended)
         if finished.state.terminal:
