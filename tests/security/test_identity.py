@@ -195,7 +195,8 @@ def test_root_serves_members_as_root_only_when_told(roots_queue: Path) -> None:
     assert Queue(roots_queue, create=False).job(job_id).state is State.INCOMING, "nothing ran"
     told = as_root("run", roots_queue, "--app", APP, *APP_PATH, "--burst", "--members-as-root")
     assert told.returncode == 0, told.stderr
-    assert "submit (fvalice" in told.stderr and "run as root: --members-as-root" in told.stderr, "said at start"
+    assert "submit (fvalice" in told.stderr, "said at start, naming the members"
+    assert "run as root: --members-as-root" in told.stderr
     assert Queue(roots_queue, create=False).job(job_id).result["uid"] == 0
     invariants.check_invariants(roots_queue, [job_id])
 
