@@ -569,3 +569,25 @@ def test_a_claim_makes_durable_only_its_count(queue: Queue, owner: Owner, monkey
     claim_one(queue, owner)
     files_named = [(name, durable) for name, durable in written if not name.startswith(".")]  # (not the staged)
     assert sorted(files_named) == [("attempts", True), ("policy.json", False)]
+
+
+def test_a_claim_not_staged_is_counted_and_its_run_made_before_it_returns(queue: Queue, owner: Owner) -> None:
+    """A claim that no gate waits on (a plain queue's, a spawned command's) is counted, and its
+    run folder made, when it returns: only a staged claim leaves that to `commit_counts`,
+    and a claim taken for staged would have its count looked for where none was staged."""
+    job_id = queue.enqueue("sample.echo")
+    claim = claim_one(queue, owner)
+    assert claim.job_id == job_id
+    assert claim.counted
+    assert (claim.path / "attempts").read_text() == "1\n"
+    assert claim.run_path.is_dir()
+
+
+def test_a_lone_claimer_has_lost_no_race_and_found_no_name_gone(queue: Queue, owner: Owner) -> None:
+    """What the stats add up per manager starts at nothing: a claimer alone on its queue
+    loses no race and finds no name its index gave gone, however many it claims."""
+    for n in range(3):
+        queue.enqueue("sample.echo", n)
+    for _ in range(3):
+        claim_one(queue, owner)
+    assert (queue.serving.races, queue.serving.gone) == (0, 0)
