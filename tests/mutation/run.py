@@ -157,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     modules = [_module_path(name) for name in args.module or TESTS]
     chosen = {module: _sample(module, args.limit, args.seed) for module in modules}
+    if args.only:  # e.g. the mutants a loaded machine timed out, run again with --min-timeout
+        chosen = {
+            module: [m for m in found if any(text in m.label for text in args.only)] for module, found in chosen.items()
+        }
     if args.list:
         return _list(chosen)
     try:
@@ -177,6 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tests", nargs="+", help="test files to run for every module, instead of the mapping")
     parser.add_argument("--list", action="store_true", help="list the mutants and run nothing")
     parser.add_argument("--keep-worktrees", action="store_true", help="leave the worktrees for the next run")
+    parser.add_argument("--only", action="append", help="only the mutants whose label holds this text (repeatable)")
+    parser.add_argument("--min-timeout", type=float, default=MIN_TIMEOUT, help="seconds a mutant's tests take at least")
     return parser
 
 
@@ -230,7 +236,7 @@ def _measure(chosen: dict[str, list[Mutant]], args: argparse.Namespace) -> int:
     try:
         for tree in trees:
             tree.prepare(_commit())
-        tallies = _run_all(chosen, args.tests, trees)
+        tallies = _run_all(chosen, args.tests, trees, args.min_timeout)
     except KeyboardInterrupt:
         print("interrupted: nothing reported", file=sys.stderr)
         return 130
@@ -249,7 +255,9 @@ def _warn_uncommitted(modules: list[str]) -> None:
         print(f"note: mutants are made from HEAD; these edits in the checkout are not measured:\n{changed}")
 
 
-def _run_all(chosen: dict[str, list[Mutant]], override: list[str] | None, trees: list[Worktree]) -> list[Tally]:
+def _run_all(
+    chosen: dict[str, list[Mutant]], override: list[str] | None, trees: list[Worktree], min_timeout: float
+) -> list[Tally]:
     """Measure each selection's baseline once, then run every mutant against its module's tests."""
     tallies = {module: Tally(module, tuple(override or TESTS.get(module, ()))) for module in chosen}
     baselines: dict[tuple[str, ...], TestRun] = {}
@@ -264,7 +272,7 @@ def _run_all(chosen: dict[str, list[Mutant]], override: list[str] | None, trees:
         if baseline.status != "passed":
             tally.skipped = f"its tests do not pass unmutated ({baseline.status}):\n{baseline.output[-1500:]}"
     jobs = [
-        (tallies[module], mutant, max(MIN_TIMEOUT, TIMEOUT_FACTOR * baselines[tallies[module].tests].seconds))
+        (tallies[module], mutant, max(min_timeout, TIMEOUT_FACTOR * baselines[tallies[module].tests].seconds))
         for module, found in chosen.items()
         if not tallies[module].skipped
         for mutant in found
