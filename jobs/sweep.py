@@ -174,6 +174,7 @@ def _reap(
     if owner is not None and end_leftovers is not None and not end_leftovers(owner):
         log.warning("not reaping %s yet (%s): what its runs left on this host is not gone yet", name, cause)
         return None  # no run may overlap its retry on this host: the next sweep tries again
+    files.checkpoint("reap:leftovers-ended")  # (a sweeper killed here: the next sweep ends nothing, then fences)
     fenced = claimed / f"{REAPING_PREFIX}{name}"
     try:
         moves.fence(claimed / name, fenced)

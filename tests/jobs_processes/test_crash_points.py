@@ -426,6 +426,7 @@ CASES = [
     ("fail-permanent", "renamed:dead", Expect("dead:cannot be completed")),
     ("release", "release:uncounted", Expect()),
     ("release", "renamed:ready", Expect()),
+    ("reap", "reap:leftovers-ended", Expect()),  # its leftovers ended, not yet fenced: a later sweep fences
     ("reap", "renamed:reaping", Expect()),
     ("reap", "reap:fenced", Expect()),
     ("reap", "renamed:ready", Expect()),
