@@ -3,6 +3,7 @@
     python -m tests.crashstate.member delayed QUEUE        one job an hour ahead
     python -m tests.crashstate.member submit QUEUE ID      a plain, a keyed and a dependent
                                                            job, and a cancel of job ID
+    python -m tests.crashstate.member first QUEUE          a first submission: its folder made
 
 Each line printed is what the member was told: `WHAT ID [MORE]`, as the workloads' marks.
 """
@@ -24,6 +25,10 @@ def main(mode: str, path: str, *rest: str) -> None:
     queue = Queue(path, create=False)
     if mode == "delayed":
         print("delayed", queue.with_options(delay=3600).enqueue("crash.add", 7, 8))
+        return
+    if mode == "first":  # incoming/UID/ made, and synced, before the submission is told; a second
+        print("enqueue", queue.enqueue("crash.add", 4, 5))
+        print("enqueue", queue.enqueue("crash.add", 6, 7))
         return
     parent = queue.enqueue("crash.add", 1, 2)
     print("enqueue", parent)

@@ -8,6 +8,7 @@ durable breaks a guarantee, and is reported."""
 from __future__ import annotations
 
 import copy
+import pwd
 import random
 import shutil
 from pathlib import Path
@@ -16,8 +17,8 @@ import pytest
 
 from tests.crashstate import check, crash, model
 from tests.crashstate.run import Recorded, check_states, record
-from tests.crashstate.workloads import WORKLOADS
-from tests.users import why_no_users
+from tests.crashstate.workloads import RECOVERY, WORKLOADS, Recovery
+from tests.users import ALICE, why_no_users
 
 QUICK = 12  # distinct states checked per workload in the default suite
 
@@ -38,7 +39,7 @@ class Recordings(dict[str, Recorded]):
         return recorded
 
 
-NEEDS_USERS = {"takein"}  # a shared queue, and a member who submits to it
+NEEDS_USERS = {"takein", "member"}  # a shared queue, and a member who submits to it
 # In the slow suite (CI runs it): take-in's states are recovered a minute after they are made
 # (Recovery.aged); reap's wait out a lease each, harvest's are the most (20-40 s each).
 SLOW = {"takein", "reap", "harvest"}
@@ -61,7 +62,8 @@ def test_a_sample_of_a_workload_s_crash_states_keeps_every_guarantee(
     )
     assert sum(op.kind == "mark" for op in recorded.ops) + len(recorded.marks_before) >= 2, "nothing acknowledged"
     report = check_states(recorded, tmp_path, limit=QUICK, seed=len(name))
-    assert report.distinct > QUICK, report.line()
+    assert report.distinct > 3, report.line()
+    assert report.checked == min(QUICK, report.distinct), report.line()
     assert report.violations == [], report.line() + "\n" + "\n".join(report.violations[:20])
 
 
@@ -205,6 +207,23 @@ def test_a_count_dropped_is_a_run_that_started_uncounted(recordings: Recordings,
     assert any("runs started" in problem for problem in found), found
 
 
+def test_a_members_new_folder_is_on_disk_before_its_first_submission_is_told(
+    recordings: Recordings, tmp_path: Path
+) -> None:
+    """A member cannot fsync `incoming/` (they may only pass through it): their folder, made
+    as they first submit, is synced through the file system before the submission is
+    told. Without it, a cut could keep the told submission's name and lose its folder."""
+    recorded = recordings["member"]
+    folder = str(pwd.getpwnam(ALICE).pw_uid)  # incoming/UID
+    made = [index for index, op in enumerate(recorded.ops) if op.kind == "rename" and op.name2 == folder]
+    told = next(index for index, op in enumerate(recorded.ops) if op.kind == "mark")
+    assert made, "the member's folder is made as it first submits"
+    assert made[0] < told
+    assert made[0] in crash.durable(recorded.ops, told), "its folder was not on disk when its submission was told"
+    found = _without_first_durable_rename_to(recorded, folder, tmp_path)
+    assert any("is in 0 places" in problem for problem in found), found
+
+
 def _without_first_durable_rename_to(recorded: Recorded, name: str, tmp_path: Path) -> list[str]:
     """The problems of the workload's end state less its first durable rename onto `name`
     (every other operation kept)."""
@@ -217,7 +236,9 @@ def _without_first_durable_rename_to(recorded: Recorded, name: str, tmp_path: Pa
     assert renamed, f"no durable rename onto {name} in the {recorded.name} recording"
     kept = [index for index in range(end) if recorded.ops[index].kind not in ("sync", "mark") and index != renamed[0]]
     crash._tree(recorded.ops, recorded.initial, kept).materialize(tmp_path / "queue")
-    return check.violations(tmp_path / "queue", recorded.marks_before, tmp_path / "tools.log")
+    marks = recorded.marks_before + [op.text for op in recorded.ops if op.kind == "mark"]
+    options = RECOVERY.get(recorded.name, Recovery()).options
+    return check.violations(tmp_path / "queue", marks, tmp_path / "tools.log", options=options)
 
 
 def _parents(tree: model.Tree, number: int) -> set[int]:

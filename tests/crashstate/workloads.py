@@ -16,6 +16,9 @@ is told by forkvisor (an id returned: the job is acknowledged) it writes to MARK
 - takein: a manager of a shared queue (root's, --run-as-submitter) takes in a member's
   submissions (plain, keyed, dependent) and their cancel of a job taken in before, and
   runs them
+- member: a member's first submission to a shared queue, its folder `incoming/UID/` made
+  as it submits (a member cannot fsync `incoming/`: the folder is synced through the file
+  system before the submission is told)
 """
 
 from __future__ import annotations
@@ -111,6 +114,15 @@ def _members_submissions(queue_path: Path, marks: Marks) -> None:
         _as_member("submit", queue_path, marks, delayed)
 
 
+def _shared_queue(queue_path: Path, marks: Marks) -> None:
+    _cli("init", str(queue_path), "--shared", "--group", TEAM)
+
+
+def member(queue_path: Path, marks: Marks) -> None:
+    with _reachable_by_members(queue_path):
+        _as_member("first", queue_path, marks)
+
+
 def _as_member(mode: str, queue_path: Path, marks: Marks, *args: str) -> list[str]:
     """Run `tests.crashstate.member` as a member of the queue's group; the ids it was told."""
     argv = [*as_user(ALICE), sys.executable, "-m", "tests.crashstate.member", mode, str(queue_path), *args]
@@ -149,6 +161,7 @@ PREPARE: dict[str, Callable[[Path, Marks], None]] = {
     "reap": _job_to_interrupt(kill=True),
     "drain": _job_to_interrupt(kill=False),
     "takein": _members_submissions,
+    "member": _shared_queue,
 }
 
 
@@ -217,8 +230,16 @@ class Recovery:
 # A take-in interrupted mid-way is finished once its `.taking.` file is STALE_TAKING old, by
 # its change time, which a copy of a state renews (a real disk keeps it): the states are
 # recovered that much later, as a host that comes back from a power cut finds them.
-RECOVERY = {"takein": Recovery(MEMBERS_BURST, aged=STALE_TAKING + 1)}
-WORKLOADS = {"submit": submit, "harvest": harvest, "operate": operate, "reap": reap, "drain": drain, "takein": takein}
+RECOVERY = {"takein": Recovery(MEMBERS_BURST, aged=STALE_TAKING + 1), "member": Recovery(MEMBERS_BURST)}
+WORKLOADS = {
+    "submit": submit,
+    "harvest": harvest,
+    "operate": operate,
+    "reap": reap,
+    "drain": drain,
+    "takein": takein,
+    "member": member,
+}
 
 if __name__ == "__main__":
     name, folder, marks_path = sys.argv[1:4]
