@@ -44,6 +44,8 @@ def _over_memory(running: Running, limit: int) -> bool:
     memory = running.box.memory if running.box is not None else None
     if memory is not None and memory.limit:
         return memory.oom_kills() > 0
+    if running.box is not None:  # a cgroup without a memory controller of ours: every process in it
+        return rss(running.box.pids()) > limit
     return tree_rss(running.pid, *running.strays) > limit  # (strays: what left the tree, `children`)
 
 
@@ -75,6 +77,17 @@ def _punch_output(running: Running, run: int, limit: int) -> None:
             ceiling,
         )
         running.output_unbounded = True
+
+
+def rss(pids: list[int]) -> int:
+    """Resident memory of these processes, in bytes (a pid gone meanwhile counts nothing)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_info().rss
+        except psutil.Error:
+            continue  # exited while we looked
+    return total
 
 
 def tree_rss(*roots: int) -> int:
