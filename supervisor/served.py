@@ -316,6 +316,8 @@ class Served:
                 continue
             gate.shut()
             running.shut_out = True
+            if running.lost:
+                continue  # killed already: its owner was reaped meanwhile (`recover_from_reaping`)
             if isinstance(why, FileNotFoundError):
                 log.warning("job %s: its claim was taken back before it started; not run", running.claim.job_id)
                 running.lose()

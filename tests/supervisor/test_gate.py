@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,3 +140,26 @@ def test_a_count_the_disk_cannot_take_gives_the_job_back_uncounted(
     assert "attempts" in os.listdir(queue.path / "done" / job_id)
     assert not stat.S_ISFIFO(os.lstat(queue.path / "done" / job_id / "attempts").st_mode)
     assert not (queue.path / "done" / job_id / "attempt-1").exists(), "the refused run left no run folder"
+
+
+def test_a_manager_reaped_while_its_children_wait_at_their_gates_lets_them_go_once(
+    procs: Processes, queue: Queue, tmp_path: Path, at_checkpoint: dict[str, object]
+) -> None:
+    """The chaos run's find: a manager stood still (SIGSTOP) between forking children at their
+    gates and opening them, and a sweeper reaped it meanwhile. At its next claim it learns
+    it was reaped and kills every run it had as lost, those at their gates too; their
+    counts then find no place, and letting them go lost them a second time: the manager
+    exited 101 ("cannot go from lost to lost"). Here the reaping happens at the first
+    claim's count; the second claim finds the owner gone."""
+    log = tmp_path / "runs"
+    first, second = queue.enqueue("sample.log_run", str(log)), queue.enqueue("sample.log_run", str(log))
+    manager = procs.manager(queue, concurrency=2)
+    reaped: list[dict[str, int]] = []
+    dead = lambda owner: False  # noqa: E731  # (a sweeper that finds the manager dead: a SIGSTOP long past its lease)
+    at_checkpoint["claim:counted"] = lambda: reaped.append(Queue(queue.path).serving.sweep(time.time(), dead))
+    wait_until(lambda: reaped, 10, "the manager was reaped at its first claim", manager=manager)
+    assert reaped[0]["reverted"] == 1, reaped
+    wait_until(lambda: queue.counts()["done"] == 2, 20, "both jobs ran, later", manager=manager)
+    for job_id in (first, second):
+        assert queue.job(job_id).attempts == 1, dump(queue.job(job_id))
+    assert _runs(log) == 2, "each job ran once: the run let go at its gate ran nothing"
