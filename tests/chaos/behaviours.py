@@ -9,15 +9,25 @@ checker can tell those from runs that chaos killed.
 Every job takes a `token` (unique per job) and returns it in its result, so a
 result can never be mistaken for another job's. Timeouts and backoffs are
 short so that thousands of jobs settle within minutes.
+
+Every run of every job first takes its job's lock (`_one_run_at_a_time`), an
+`flock` on a file of its own that every process the run forks shares: a run
+that finds it taken started while a process of an earlier run of its job
+lived, which containment must never let happen (an OVERLAP record). The
+long-lived grandchildren of `chaos.fork_hang` witness their job's end: they
+note, while they live after it, how long they have outlived it (`_live`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import functools
 import json
 import os
 import random
 import resource
+import select
 import signal
 import sys
 import time
@@ -30,7 +40,7 @@ import psutil
 import tenacity
 from setproctitle import setproctitle
 
-from jobs import CannotComplete, Registry
+from jobs import CannotComplete, Registry, current
 
 registry = Registry()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,11 +48,17 @@ NAMES: dict[Callable[..., Any], str] = {}  # each job function's registered name
 
 
 def _job(name: str, **policy: Any) -> Callable[[F], F]:
-    """`registry.job(name=name, ...)`, remembering the name (the behaviours refer to it)."""
+    """`registry.job(name=name, ...)` of the function run alone (`_one_run_at_a_time`),
+    remembering the name (the behaviours refer to it)."""
 
     def register(function: F) -> F:
-        NAMES[function] = name
-        return registry.job(name=name, **policy)(function)
+        @functools.wraps(function)  # (its signature too: the registry checks arguments against it)
+        def run_alone(*args: Any, **kwargs: Any) -> Any:
+            _one_run_at_a_time(kwargs.get("token", "?"))
+            return function(*args, **kwargs)
+
+        NAMES[run_alone] = name
+        return registry.job(name=name, **policy)(run_alone)  # type: ignore[return-value]
 
     return register
 
@@ -53,21 +69,47 @@ QUICK_RETRY = tenacity.wait_random(0.02, 0.2)
 SHORT_LIFETIME = 0.2  # grandchildren of a succeeding job end by themselves this soon
 LONG_LIFETIME = 30.0  # grandchildren of a hanging job live this long unless their job's tree is killed
 RECORD_WAIT = 10.0  # a forking job waits at most this long for its grandchildren to announce themselves
-OVERLAP = "OVERLAP"  # a run of a job found a grandchild of an earlier run alive: OVERLAP.TOKEN.PID
+WITNESS_EVERY = 0.25  # a grandchild that outlives its job notes it this often (`_live`)
+OVERLAP = "OVERLAP"  # a run of a job found a process of an earlier run alive: OVERLAP.TOKEN.RUN.PID
 SURVIVED = ".survived"  # a grandchild that lived its whole life leaves PID.survived beside its record
+OUTLIVED = ".outlived"  # a grandchild alive after its job ended: PID.outlived (when it ended, when last alive)
 EXIT_CODES = (1, 2, 3, 42, 99, 101, 127, 255)  # not 0, 70, 71 or 100: forkvisor gives those a meaning
 
 
 @dataclass(frozen=True)
 class Scratch:
-    """Folders outside the queue where jobs leave traces for the run to read."""
+    """Folders beside the queue (never in it) where jobs leave traces for the run to read."""
 
-    markers: Path  # chaos.flaky's "I failed once already" markers
-    grandchildren: Path  # one JSON record per grandchild forked by chaos.fork and chaos.fork_hang
+    root: Path
+
+    @classmethod
+    def beside(cls, queue: Path) -> Scratch:
+        """The scratch space of the run whose queue is `queue` (a job finds it from its own)."""
+        return cls(queue.parent / "scratch")
+
+    @property
+    def markers(self) -> Path:
+        """chaos.flaky's "I failed once already" markers."""
+        return self.root / "markers"
+
+    @property
+    def grandchildren(self) -> Path:
+        """One JSON record per grandchild forked by chaos.fork and chaos.fork_hang."""
+        return self.root / "grandchildren"
+
+    @property
+    def runs(self) -> Path:
+        """One lock file per job, held by every process of its current run (`_one_run_at_a_time`)."""
+        return self.root / "runs"
+
+    @property
+    def overlaps(self) -> Path:
+        """One OVERLAP record per run that started while a process of an earlier run lived."""
+        return self.root / "overlaps"
 
     def create(self) -> None:
-        self.markers.mkdir(parents=True, exist_ok=True)
-        self.grandchildren.mkdir(parents=True, exist_ok=True)
+        for folder in (self.markers, self.grandchildren, self.runs, self.overlaps):
+            folder.mkdir(parents=True, exist_ok=True)
 
 
 # -- the jobs ----------------------------------------------------------------
@@ -128,9 +170,14 @@ def fork(token: str, grandchildren: str) -> dict[str, Any]:
 def fork_hang(token: str, grandchildren: str) -> NoReturn:
     """Fork two grandchildren that ignore SIGTERM (one leaves the process group), then hang:
     only a kill of the whole tree at the timeout ends them before LONG_LIFETIME. First, look
-    for what an earlier run of this job left alive: a run must never overlap its retry."""
-    _record_overlaps(grandchildren, token)
-    pids = [_grandchild(grandchildren, token, LONG_LIFETIME, leave_group=n == 0, ignore_term=True) for n in range(2)]
+    for what an earlier run of this job left alive: a run must never overlap its retry.
+    The grandchildren watch this process through a pidfd, to witness how long they outlive it."""
+    _record_overlaps(token)
+    job_end = os.pidfd_open(os.getpid())  # readable once this process has ended: the run's end
+    pids = [
+        _grandchild(grandchildren, token, LONG_LIFETIME, leave_group=n == 0, ignore_term=True, job_end=job_end)
+        for n in range(2)
+    ]
     _wait_for_records(grandchildren, pids)
     _block_forever()
 
@@ -163,8 +210,11 @@ def _block_forever() -> NoReturn:
         signal.pause()
 
 
-def _grandchild(folder: str, token: str, lifetime: float, *, leave_group: bool, ignore_term: bool) -> int:
-    """Fork a grandchild that records itself in `folder`, lives `lifetime` seconds, then exits."""
+def _grandchild(
+    folder: str, token: str, lifetime: float, *, leave_group: bool, ignore_term: bool, job_end: int | None = None
+) -> int:
+    """Fork a grandchild that records itself in `folder`, lives `lifetime` seconds (`_live`),
+    then exits."""
     job = psutil.Process()
     about = {"token": token, "job": job.pid, "job_started": job.create_time(), "manager": os.getppid()}
     pid = os.fork()
@@ -178,22 +228,62 @@ def _grandchild(folder: str, token: str, lifetime: float, *, leave_group: bool, 
             me = psutil.Process()
             record = {**about, "pid": me.pid, "started": me.create_time(), "lifetime": lifetime}
             _write_atomically(Path(folder, str(me.pid)), record)
-            time.sleep(lifetime)  # its whole life: the test is whether someone kills it sooner
+            _live(lifetime, job_end, Path(folder, f"{me.pid}{OUTLIVED}"))
             Path(folder, f"{me.pid}{SURVIVED}").touch()
         finally:
             os._exit(0)
     return pid
 
 
-def _record_overlaps(folder: str, token: str) -> None:
-    """Leave `OVERLAP.TOKEN.PID` for each grandchild of an earlier run of this job still alive
-    (found by its title, as anyone could, knowing nothing of how forkvisor tracks runs)."""
+def _live(lifetime: float, job_end: int | None, outlived: Path) -> None:
+    """Live `lifetime` seconds: the test is whether someone kills us sooner. Once the job's
+    process has ended (`job_end`, a pidfd of it, is readable), note every WITNESS_EVERY seconds
+    in `outlived` when it ended and that we are still alive (CLOCK_MONOTONIC: the chaos run
+    reads the same clock), so the run can tell by how long we outlived our run's end."""
+    until = time.monotonic() + lifetime
+    if job_end is not None and select.select([job_end], [], [], lifetime)[0]:
+        ended = time.monotonic()
+        while (now := time.monotonic()) < until:
+            _write_atomically(outlived, {"job_ended": ended, "alive_at": now})
+            time.sleep(min(WITNESS_EVERY, until - now))
+    time.sleep(max(0.0, until - time.monotonic()))
+
+
+def _one_run_at_a_time(token: str) -> None:
+    """Take this job's lock (an `flock` on `Scratch.runs/JOB_ID`) for the rest of the run: the
+    descriptor stays open, and every process the run forks shares it, so the lock is free
+    only once every process of the run has ended (a zombie holds nothing). A run that finds
+    it taken leaves an OVERLAP record naming the run that holds it, and goes on."""
+    job = current()
+    scratch = Scratch.beside(job.queue_path)
+    run = job.run_path.name.removeprefix("attempt-")
+    lock = os.open(scratch.runs / job.job_id, os.O_RDWR | os.O_CREAT, 0o600)  # never closed: held to the end
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(lock, 4096, 0).decode(errors="replace") or "a run that had not yet said which"
+        about = (
+            f"run {run} of job {job.job_id} ({token}) started while a process of an earlier run "
+            f"held its lock ({holder})"
+        )
+        _write_atomically(scratch.overlaps / f"{OVERLAP}.{token}.{run}.{os.getpid()}", {"about": about})
+        return
+    os.ftruncate(lock, 0)
+    os.pwrite(lock, f"run {run}, pid {os.getpid()}".encode(), 0)
+
+
+def _record_overlaps(token: str) -> None:
+    """Leave `OVERLAP.TOKEN.title.PID` for each grandchild of an earlier run of this job still
+    alive (found by its title, as anyone could, knowing nothing of how forkvisor tracks runs;
+    the lock of `_one_run_at_a_time` finds it too, and any other process of an earlier run)."""
     title = f"chaos: grandchild of job {token}"
+    overlaps = Scratch.beside(current().queue_path).overlaps
     for process in psutil.process_iter(["cmdline", "status"]):
         try:
             words = process.info["cmdline"] or []
             if " ".join(words).strip() == title and process.info["status"] != psutil.STATUS_ZOMBIE:
-                _write_atomically(Path(folder, f"{OVERLAP}.{token}.{process.pid}"), {"pid": process.pid})
+                about = f"a run of job {token} started while pid {process.pid}, a grandchild of an earlier run, lived"
+                _write_atomically(overlaps / f"{OVERLAP}.{token}.title.{process.pid}", {"about": about})
         except psutil.Error:
             continue  # gone meanwhile
 

@@ -35,6 +35,7 @@ JOB_TITLE = "forkvisor: job "
 SWEEPER_TITLE = "forkvisor: sweeper"
 MANAGER_TITLE = "forkvisor: manager"
 DRAIN_SLACK = 20.0  # beyond drain timeout + kill grace, for a loaded 2-core machine
+OUTSTAY_SLACK = 8.0  # beyond the longest pause, for a loaded 2-core machine (`ManagerOptions.outstay_bound`)
 _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 36, 37
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -66,6 +67,24 @@ class ManagerOptions:
         """How long a drained manager may take to exit before that is a problem."""
         return self.drain_timeout + self.kill_grace + DRAIN_SLACK
 
+    @property
+    def pause(self) -> float:
+        """How long chaos SIGSTOPs a manager: past its lease, long enough for a sweeper to
+        judge it expired and reap it."""
+        return self.lease + 2 * self.sweep_interval + 0.5
+
+    @property
+    def outstay_bound(self) -> float:
+        """How long a process of a run may outlive its run's end while a manager lives on the
+        host. The longest legitimate wait is a paused manager's: its job ended (timed out, or
+        SIGKILLed by chaos) just as it was SIGSTOPped, so the run's cgroup is killed when it
+        resumes and reaps the job, or when a sweeper reaps it past its lease, whichever is
+        first. Every other end is at once: the manager reaps its job and kills the rest; a
+        SIGKILLed manager's runs are ended by a live manager's sweeper (within a sweep) or by
+        its successor as it starts (`containment.clear_dead_owners`). The slack is for a
+        loaded machine (a successor's start, a sweep that runs late)."""
+        return self.pause + OUTSTAY_SLACK
+
 
 @dataclass
 class ManagerProcess:
@@ -76,7 +95,10 @@ class ManagerProcess:
     popen: subprocess.Popen[bytes]
     log_path: Path
     log_file: IO[bytes]
+    started_at: float  # time.monotonic() when it was spawned (CLOCK_MONOTONIC, as jobs see it)
     fates: list[str] = field(default_factory=list)  # what we did to it: killed, drained, stopped-now
+    killed_at: float | None = None  # when we SIGKILLed it
+    ended_at: float | None = None  # when we found it exited
     signalled_at: float | None = None  # when we asked it to drain or stop
     resume_at: float | None = None  # when to SIGCONT it, while SIGSTOPped
 
@@ -128,6 +150,7 @@ class Cluster:
         self.restart_at: dict[int, float] = {}
         self.problems: list[str] = []
         self.restarts = 0
+        self.bursts: list[tuple[float, float]] = []  # when each `--burst` manager started and ended
         self._was_subreaper = 0
 
     # -- life cycle ----------------------------------------------------------------
@@ -153,8 +176,9 @@ class Cluster:
 
     def start(self, slot: int) -> ManagerProcess:
         incarnation = sum(1 for done in self.finished if done.slot == slot)
+        started = time.monotonic()
         process = self._spawn(f"manager-{slot}.{incarnation}", ["run", str(self.queue), "--app", APP])
-        self.current[slot] = ManagerProcess(slot, incarnation, *process)
+        self.current[slot] = ManagerProcess(slot, incarnation, *process, started_at=started)
         self.note(f"start {self.current[slot].name}")
         return self.current[slot]
 
@@ -205,6 +229,7 @@ class Cluster:
 
     def _exited(self, process: ManagerProcess, now: float) -> None:
         code = process.popen.returncode
+        process.ended_at = now
         self.note(f"{process.name} exited {code} after {process.fates or 'nothing'}")
         if code not in process.expected_exit():
             self.problems.append(
@@ -216,6 +241,13 @@ class Cluster:
 
     def _all(self) -> list[ManagerProcess]:
         return [*self.finished, *self.current.values()]
+
+    def lives(self) -> list[tuple[int | None, float, float]]:
+        """(pid, start, end) of every manager so far, the `--burst` ones too (pid None); the
+        end of one still running is now."""
+        now = time.monotonic()
+        managers = [(p.pid, p.started_at, now if p.ended_at is None else p.ended_at) for p in self._all()]
+        return managers + [(None, start, end) for start, end in self.bursts]
 
     # -- finding processes ------------------------------------------------------------
 
@@ -246,6 +278,7 @@ class Cluster:
 
     def kill(self, process: ManagerProcess) -> None:
         process.fates.append("killed")
+        process.killed_at = time.monotonic()
         _signal(process.pid, signal.SIGKILL)
 
     def pause(self, process: ManagerProcess, seconds: float) -> None:
@@ -317,6 +350,7 @@ class Cluster:
 
     def run_command(self, args: list[str], name: str, timeout: float) -> int:
         """Run `forkvisor ARGS` to the end (a burst manager, a drain request); return its exit code."""
+        started = time.monotonic()
         popen, log_path, log_file = self._spawn(name, args)
         try:
             code = popen.wait(timeout)
@@ -326,6 +360,8 @@ class Cluster:
             self.problems.append(f"forkvisor {' '.join(args[:1])} did not finish within {timeout:g}s")
         finally:
             log_file.close()
+            if args[0] == "run":
+                self.bursts.append((started, time.monotonic()))
         if code != 0:
             self.problems.append(f"forkvisor {' '.join(args)} exited {code}: {log_path.read_text()[-3000:]}")
         return code

@@ -36,7 +36,7 @@ import psutil
 
 from jobs import Call, JobOptions, Queue
 from tests.chaos import checker
-from tests.chaos.behaviours import BEHAVIOURS, LONG_LIFETIME, OVERLAP, SURVIVED, Scratch
+from tests.chaos.behaviours import BEHAVIOURS, LONG_LIFETIME, OUTLIVED, OVERLAP, SURVIVED, Scratch
 from tests.chaos.cluster import APP, JOB_TITLE, SWEEPER_TITLE, Cluster, ManagerOptions, ManagerProcess, title, wait_for
 
 DEPENDENTS = 4  # jobs of each batch enqueued to wait for others of it (`depends_on`)
@@ -110,7 +110,7 @@ class Workspace:
 
     @property
     def scratch(self) -> Scratch:
-        return Scratch(self.root / "scratch" / "markers", self.root / "scratch" / "grandchildren")
+        return Scratch.beside(self.queue)  # where the jobs find it
 
 
 # -- the plan -----------------------------------------------------------------------
@@ -243,10 +243,9 @@ class Chaos:
 
     def _pause(self) -> bool:
         """Long enough for a sweeper to judge its lease expired and reap it."""
-        options = self.config.options
         target = self._target(self.cluster.serving)
         if target is not None:
-            self.cluster.pause(target, options.lease + 2 * options.sweep_interval + 0.5)
+            self.cluster.pause(target, self.config.options.pause)
             self.note(f"SIGSTOP {target.name}")
         return target is not None
 
@@ -299,47 +298,92 @@ def _names(folder: Path) -> list[str]:
 
 @dataclass
 class Grandchildren:
-    """What became of the long-lived grandchildren that `chaos.fork_hang` jobs forked."""
+    """What became of the long-lived grandchildren that `chaos.fork_hang` jobs forked, and
+    whether a run of any job started while a process of an earlier run of it lived."""
 
+    bound: float  # how long a grandchild may outlive its job's end (`ManagerOptions.outstay_bound`)
     recorded: int = 0
-    excused: list[str] = field(default_factory=list)  # left running because chaos killed their job or manager
-    leaked: list[str] = field(default_factory=list)  # outlived their job although nobody killed it from outside
-    overlaps: list[str] = field(default_factory=list)  # alive when a later run of their job started
+    outlived: int = 0  # seen alive after their job ended, however briefly
+    longest: float = 0.0  # seconds: the longest any (not excused) was seen alive after its job ended
+    excused: list[str] = field(default_factory=list)  # left running when no manager was left on the host
+    leaked: list[str] = field(default_factory=list)  # outlived their job beyond the bound, or every manager
+    overlaps: list[str] = field(default_factory=list)  # a run started while a process of an earlier run lived
 
     @property
     def violations(self) -> list[str]:
         """Leaks, and overlaps: in either containment mode (a cgroup, or the mark every
-        process of a run inherits), no run overlaps its retry."""
+        process of a run inherits), no run overlaps its retry, and nothing of a run outlives it."""
         return [*self.leaked, *self.overlaps]
 
 
 def judge_grandchildren(
-    folder: Path, killed_children: set[tuple[int, float]], killed_managers: set[int]
+    scratch: Scratch, bound: float, kills: dict[int, float], lives: list[tuple[int | None, float, float]]
 ) -> Grandchildren:
-    """A grandchild of a hanging job must die with its job's tree when the job is stopped;
-    it may outlive its job only if chaos SIGKILLed the job or the manager (nobody is left to kill it)."""
-    found = Grandchildren()
-    killed_jobs = {(pid, round(started, 2)) for pid, started in killed_children}
-    found.overlaps = [
-        f"a run of job {path.name.split('.')[1]} started while pid {path.name.split('.')[2]}, "
-        "a grandchild of an earlier run, lived"
-        for path in folder.glob(f"{OVERLAP}.*")
-    ]
-    for path in folder.glob("[0-9]*"):
-        if path.name.endswith(SURVIVED) or path.name.startswith("."):
-            continue
-        record = json.loads(path.read_text())
+    """Judged once every manager has exited, the final `--burst` one too. `kills`: when chaos
+    SIGKILLed each manager, by pid; `lives`: (pid, start, end) of every manager (`Cluster.lives`).
+
+    Overlaps (`behaviours._one_run_at_a_time`, `_record_overlaps`) are violations, always.
+
+    A grandchild may outlive its job's end (its job's process exited: the grandchild saw it
+    through a pidfd, `behaviours._live`) by `bound` seconds at most: its manager reaps the job
+    and ends the rest of the run (the run's cgroup, or its marks); if chaos SIGKILLed its
+    manager, whoever reaps that manager's claims on this host ends it (a live manager's
+    sweeper, if it has one at the time: chaos kills sweepers too), and its successor does as it
+    starts, before its first claim (`containment.clear_dead_owners`). So the end is due within
+    `bound` of the job's end, or of the first manager start after the kill if that came later;
+    and anything still alive now, with every manager gone, is a leak.
+
+    Excused, and only that: a grandchild of a run whose manager chaos SIGKILLed when no other
+    manager lived on this host afterwards (none running on, none started since, not even the
+    final burst one): nobody was left to end it. The final burst manager follows every kill,
+    so there is none unless it could not start (which is reported as a problem)."""
+    found = Grandchildren(bound)
+    now = time.monotonic()
+    found.overlaps = [_read(path)["about"] for path in sorted(scratch.overlaps.glob(f"{OVERLAP}.*"))]
+    for path in scratch.grandchildren.glob("[0-9]*"):
+        if not path.name.isdigit():
+            continue  # PID.survived, PID.outlived
+        record = _read(path)
         if record["lifetime"] < LONG_LIFETIME:
             continue
         found.recorded += 1
-        if not (path.with_name(path.name + SURVIVED).exists() or _running(record["pid"], record["started"])):
+        witness = _read(path.with_name(path.name + OUTLIVED)) if path.with_name(path.name + OUTLIVED).exists() else {}
+        alive = _running(record["pid"], record["started"])
+        survived = path.with_name(path.name + SURVIVED).exists()
+        if not (witness or alive or survived):
+            continue  # it died with its job
+        found.outlived += bool(witness)
+        about = (
+            f"grandchild pid {record['pid']} of job {record['token']} (job pid {record['job']}, "
+            f"manager pid {record['manager']})"
+        )
+        killed = kills.get(record["manager"])
+        if killed is not None and not any(pid != record["manager"] and end > killed for pid, _, end in lives):
+            found.excused.append(f"{about}: its manager was SIGKILLed and no manager lived on this host after it")
             continue
-        about = f"grandchild pid {record['pid']} of job {record['token']} (job pid {record['job']})"
-        if (record["job"], round(record["job_started"], 2)) in killed_jobs or record["manager"] in killed_managers:
-            found.excused.append(about)
-        else:
-            found.leaked.append(about)
+        if not witness:
+            found.leaked.append(f"{about}: {'lived its whole life' if survived else 'alive'}, and so did its job")
+            continue
+        ended = witness["job_ended"]
+        due = ended
+        if killed is not None:
+            due = max(ended, min((start for _, start, _ in lives if start > killed), default=ended))
+        seen = now if alive else witness["alive_at"]
+        found.longest = max(found.longest, seen - ended)
+        if alive:
+            found.leaked.append(f"{about}: alive {seen - ended:.1f}s after its job ended, every manager gone")
+        elif seen > due + bound:
+            found.leaked.append(
+                f"{about}: alive {seen - ended:.1f}s after its job ended"
+                + (f" ({seen - due:.1f}s after its manager's successor started)" if due > ended else "")
+                + f", beyond the bound of {bound:g}s"
+            )
     return found
+
+
+def _read(path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
 
 
 def _running(pid: int, started: float) -> bool:
@@ -394,6 +438,7 @@ class Outcome:
         lines = _figures(self)
         lines += [f"  explained: {text}" for text in self.report.explained[:shown]]
         lines += [f"  known issue: {text}" for text in self.report.known[:shown]]
+        lines += [f"  excused: {text}" for text in self.grandchildren.excused[:shown]]
         lines += [f"  VIOLATION: {text}" for text in self.violations[:shown]]
         return "\n".join(lines)
 
@@ -419,9 +464,10 @@ def _figures(outcome: Outcome) -> list[str]:
         f"  runs: {runs}",
         f"  attempts: highest counter {report.max_counter}; explained oddities {len(report.explained)}; "
         f"known issues {len(report.known)}; temporaries left in job folders {len(report.temporaries)}",
-        f"  grandchildren of hanging jobs: {grandchildren.recorded}, left running by chaos kills "
-        f"{len(grandchildren.excused)}, leaked {len(grandchildren.leaked)}, overlapping a later run "
-        f"{len(grandchildren.overlaps)}",
+        f"  grandchildren of hanging jobs: {grandchildren.recorded}, seen alive after their job ended "
+        f"{grandchildren.outlived} (longest {grandchildren.longest:.2f}s, bound {grandchildren.bound:g}s), "
+        f"leaked {len(grandchildren.leaked)}, excused {len(grandchildren.excused)} (no manager left on the host)",
+        f"  runs that overlapped an earlier run of their job: {len(grandchildren.overlaps)}",
         f"  manager log errors: {dict(outcome.log_errors) or 'none'}",
         f"  time: chaos {outcome.chaos_seconds:.1f}s, quiesce {quiesce} after the last event, "
         f"wall {outcome.wall_seconds:.1f}s",
@@ -448,8 +494,8 @@ def run_chaos(config: Config, folder: Path | None = None, echo: Callable[[str], 
         quiesce = _wait_quiesced(config, workspace, chaos, chaos_end)
         _stop(cluster, config)
         cluster.run_command(["run", str(workspace.queue), "--app", APP, "--burst"], "burst", timeout=60.0)
-        killed_managers = {process.pid for process in cluster.finished if "killed" in process.fates}
-        grandchildren = judge_grandchildren(workspace.scratch.grandchildren, chaos.killed_children, killed_managers)
+        kills = {process.pid: process.killed_at for process in cluster.finished if process.killed_at is not None}
+        grandchildren = judge_grandchildren(workspace.scratch, config.options.outstay_bound, kills, cluster.lives())
     return Outcome(
         config=config,
         workspace=workspace,
