@@ -51,6 +51,14 @@ def signal_strays(
     return signalled
 
 
+def _kill(pidfd: int, pid: int, why: str) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        return  # gone meanwhile
+    log.warning("killed pid %d, %s", pid, why)
+
+
 class Children:
     """The running jobs' children, at most `concurrency` of them."""
 
@@ -298,9 +306,12 @@ class Children:
         for running in live.values():
             running.strays = []
         known = {*self.running, *self.others()}
-        for pid, pidfd, marks in containment.strays(known):
+        for pid, pidfd, marks in containment.strays(known, unmarked=True):
             try:
-                self._sort_stray(pid, pidfd, [live[mark] for mark in marks if mark in live], marks)
+                if marks:
+                    self._sort_stray(pid, pidfd, [live[mark] for mark in marks if mark in live], marks)
+                elif not self._lived_when_born(pid):
+                    _kill(pidfd, pid, "adopted without a mark, once every run that lived at its start had ended")
             finally:
                 os.close(pidfd)
 
@@ -309,13 +320,20 @@ class Children:
         """A stray goes with its live runs, or (of none) is killed, through its pidfd."""
         for running in runs:
             running.strays.append(pid)
-        if runs:
-            return
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            return  # gone meanwhile
-        log.warning("killed pid %d, left by the ended run %s", pid, ", ".join(sorted(marks)))
+        if not runs:
+            _kill(pidfd, pid, f"left by the ended run {', '.join(sorted(marks))}")
+
+    def _lived_when_born(self, pid: int) -> bool:
+        """Whether a run that lived when this orphan started lives still. One without a mark
+        (it closed the run's descriptor and exec'd with a clean environment) is still some
+        run's: only runs' processes are our children's children. Which one cannot be told,
+        but only a run that had started by then can have made it: it goes once none of those
+        lives (not counted in any run's memory: it may be another's)."""
+        born = containment.started(pid)
+        return born is not None and any(
+            (began := containment.started(running.pid)) is not None and began <= born
+            for running in self.running.values()
+        )
 
     @staticmethod
     def _signal_marked(running: Running, signum: signal.Signals) -> None:

@@ -477,10 +477,10 @@ def _of_owner(pid: int, owner: str) -> bool:
     return any(mark.startswith(f"/claimed/{owner}/") for mark in _marks(pid))
 
 
-def strays(exclude: set[int]) -> Iterator[tuple[int, int, set[str]]]:
+def strays(exclude: set[int], unmarked: bool = False) -> Iterator[tuple[int, int, set[str]]]:
     """(pid, pidfd, the runs it bears the mark of) of each child of this process (a subreaper:
-    orphans come to it) that is not in `exclude` and bears a run's mark; the caller closes
-    the pidfds."""
+    orphans come to it) that is not in `exclude` and bears a run's mark (with `unmarked`,
+    also each living one that bears none); the caller closes the pidfds."""
     for child in _children():
         if child in exclude:
             continue
@@ -488,11 +488,22 @@ def strays(exclude: set[int]) -> Iterator[tuple[int, int, set[str]]]:
             pidfd = os.pidfd_open(child)
         except OSError:
             continue
-        marks = _marks(child) if _parent(child) == os.getpid() and not _exited(pidfd) else set()
-        if marks:
+        ours = _parent(child) == os.getpid() and not _exited(pidfd)
+        marks = _marks(child) if ours else set()
+        if marks or (ours and unmarked):
             yield child, pidfd, marks
         else:
             os.close(pidfd)
+
+
+def started(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (/proc's `starttime`: one clock for
+    every process, kept by a zombie too); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _children() -> list[int]:

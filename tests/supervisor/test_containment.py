@@ -8,6 +8,7 @@ knowing nothing of how forkvisor finds a run's processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,6 +92,68 @@ def test_no_run_overlaps_its_retry_after_its_manager_is_sigkilled(
         assert queue.job(job_id).state is State.DONE, dump(queue.job(job_id))
         assert lines(log) == ["clean 1", "up 1", "clean 2"], f"{kind}: {lines(log)}"
         wait_until(lambda mark=mark: gone(mark), 5, f"no process of the {kind} job is left")
+
+
+# A daemon that drops every mark of its run: it leaves the job's session and tree (a double
+# fork), closes every descriptor (the run's memfd with them) and execs with a clean
+# environment; then it says its pid (written whole: a rename) and sleeps. Its job waits
+# for that before it ends.
+UNMARKED = r"""
+import os, sys, time
+pidfile = sys.argv[1]
+if os.fork():  # the job: it ends once the daemon is unmarked (an ended run's marked stray is ended at once)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(pidfile) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+os.closerange(3, 65536)
+script = f"echo $$ > {pidfile}.new && mv {pidfile}.new {pidfile} && exec sleep 300"
+os.execve("/bin/sh", ["sh", "-c", script], {})
+"""
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_what_drops_its_runs_mark_ends_once_no_run_that_lived_at_its_start_lives(
+    procs: Processes, queue: Queue, barriers: Path, beside: bool
+) -> None:
+    """Where runs have no cgroup, a process that dropped its run's mark (no descriptor, no
+    variable) cannot be told apart; the manager adopted it, so it is some run's, one that
+    had started by its birth. It lives while such a run does (`beside`: a run started
+    before it, still going), and is ended once none does."""
+    script, pidfile, release = barriers / "unmarked.py", barriers / "unmarked.pid", barriers / "release"
+    script.write_text(UNMARKED)
+    other = None
+    if beside:
+        waits = ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.05; done"]
+        other = queue.enqueue_command(waits, max_attempts=1)
+    manager = procs.run_manager(queue, "--commands", "--concurrency", "2", "--containment", "processes")
+    if other is not None:
+        wait_until(lambda: queue.job(other).state is State.CLAIMED, 20, "the run beside it started first")
+    leaver = queue.enqueue_command([sys.executable, str(script), str(pidfile)], max_attempts=1)
+    wait_until(lambda: queue.job(leaver).state is State.DONE and pidfile.exists(), 20, "it left, its job ended")
+    pid = int(pidfile.read_text())
+    try:
+        if other is not None:
+            assert psutil.pid_exists(pid), "a run that lived at its start lives: it might be that run's"
+            release.touch()
+            wait_until(lambda: queue.job(other).state is State.DONE, 10, "the run beside it ended")
+        wait_until(lambda: not _alive(pid), 5, "it was ended once no run that lived at its start lived")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    manager.send_signal(signal.SIGTERM)
+    assert procs.wait_exit(manager, 10, "the manager") == 0, procs.log(manager)
+
+
+def _alive(pid: int) -> bool:
+    _reap_zombies()  # (were it ours: the manager's own dead are reaped by the manager)
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _foreign_sweep(queue: Queue) -> dict[str, int]:
