@@ -591,3 +591,16 @@ def test_a_lone_claimer_has_lost_no_race_and_found_no_name_gone(queue: Queue, ow
     for _ in range(3):
         claim_one(queue, owner)
     assert (queue.serving.races, queue.serving.gone) == (0, 0)
+
+
+def test_a_name_taken_before_the_claimer_looked_is_counted_gone_not_a_race(queue: Queue, owner: Owner) -> None:
+    """Its index gave a name another manager had claimed since the last scan: the claimer
+    finds it gone when it looks, tries no rename, and counts it apart (`gone`) from a race
+    lost between its look and its rename (`races`), as the many-managers figures read them."""
+    first, second = queue.enqueue("sample.echo", 1), queue.enqueue("sample.echo", 2)
+    assert claim_one(queue, owner).job_id == first  # (its index has both names now)
+    other = Owner.new()
+    queue.serving.register_owner(other)
+    os.rename(queue.job(second).path, queue.path / "claimed" / other.name / second)  # another manager's claim
+    assert queue.serving.claim(owner.name) is None
+    assert (queue.serving.races, queue.serving.gone) == (0, 1)
