@@ -604,3 +604,23 @@ def test_a_name_taken_before_the_claimer_looked_is_counted_gone_not_a_race(queue
     os.rename(queue.job(second).path, queue.path / "claimed" / other.name / second)  # another manager's claim
     assert queue.serving.claim(owner.name) is None
     assert (queue.serving.races, queue.serving.gone) == (0, 1)
+
+
+def test_a_claim_lost_between_its_look_and_its_rename_is_one_race(
+    queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entry was there when the claimer looked, gone at its rename (another manager's
+    claim came between): one race lost, counted once, and no claim."""
+    job_id = queue.enqueue("sample.echo")
+    other = Owner.new()
+    queue.serving.register_owner(other)
+    real_move = files.move
+
+    def taken_first(src: str, dst: str, **handles: int | None) -> None:
+        if str(src).endswith(job_id) and not (queue.path / "claimed" / other.name / job_id).exists():
+            os.rename(queue.job(job_id).path, queue.path / "claimed" / other.name / job_id)
+        real_move(src, dst, **handles)
+
+    monkeypatch.setattr(files, "move", taken_first)
+    assert queue.serving.claim(owner.name) is None
+    assert (queue.serving.races, queue.serving.gone) == (1, 0)

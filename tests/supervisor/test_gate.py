@@ -112,7 +112,7 @@ def test_a_claim_taken_back_before_its_count_is_on_disk_is_not_run(
     assert not (done / "attempt-1").exists(), "the run let go has no run folder (its staged one stays hidden)"
     assert (done / ".attempt-1").is_dir()
     run = done / "attempt-2"  # never the let-go run's number: its cgroup and its marks were that run's
-    assert {"outcome.json", "pid", "stdout"} <= set(os.listdir(run))
+    assert {"outcome.json", "pid", "stdout", "policy.json"} <= set(os.listdir(run)), "staged whole, policy too"
     assert json.loads((run / "outcome.json").read_text())["succeeded"] is True, dump(found)
 
 
