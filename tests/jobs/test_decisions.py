@@ -624,3 +624,27 @@ def test_a_claim_lost_between_its_look_and_its_rename_is_one_race(
     monkeypatch.setattr(files, "move", taken_first)
     assert queue.serving.claim(owner.name) is None
     assert (queue.serving.races, queue.serving.gone) == (1, 0)
+
+
+def test_a_staged_claim_leaves_its_counts_barrier_to_the_commit(
+    queue: Queue, owner: Owner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A durable manager's claims of one turn share their barriers (group commit): each
+    staged count is written without its fsync, and the commit syncs them all before any
+    is put in place. A staged count synced at once is a barrier more per job."""
+    queue.enqueue("sample.echo")
+    written: list[bool] = []
+    real_write = files.write_new
+
+    def spy(path: Any, data: bytes, *, durable: bool, **rest: Any) -> Any:
+        if "attempts" in os.fspath(path):
+            written.append(durable)
+        return real_write(path, data, durable=durable, **rest)
+
+    monkeypatch.setattr(files, "write_new", spy)
+    claim = queue.serving.claim(owner.name, staged=True)
+    assert claim is not None
+    assert not claim.counted
+    assert written == [False], "the staged count is written once, unsynced"
+    assert queue.serving.commit_counts([claim]) == [None]
+    assert (claim.path / "attempts").read_text() == "1\n"
