@@ -23,6 +23,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from jobs import TMP_AGE, JobNotFound, Queue, State, new_job_id
 from jobs.lease import OWNER_FILE
 from jobs.ticks import tick_job_id
@@ -116,6 +118,7 @@ exec sleep 30
 """
 
 
+@pytest.mark.slow  # (16 s: every reader, as root and as a member, a job still running)
 def test_non_finite_records_of_a_members_job_never_break_the_readers(procs: Processes, roots_queue: Path) -> None:
     """A job run as its submitter owns its run's folder: what it writes there (NaN in
     progress.json and result.json) is shown as unreadable; `status`, `show`, `list` and

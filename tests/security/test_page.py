@@ -226,6 +226,7 @@ def status_of(pid: int, field: str) -> str:
     raise KeyError(field)
 
 
+@pytest.mark.slow  # (8 s: the page must drop its slow client first)
 @pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 def test_an_outsiders_idle_and_trickling_connections_hold_no_thread_and_never_lock_the_owner_out(
     shared_queue: Path, open_dir: Path, procs: Processes, monkeypatch: pytest.MonkeyPatch

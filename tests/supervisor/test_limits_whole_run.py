@@ -62,9 +62,12 @@ WAYS = {
     "processes": ("--containment", "processes"),
     "cgroup without a memory controller": ("--containment", "cgroup"),
 }
+SLOW_WAYS = {"cgroup without a memory controller"}  # (in the slow suite, which CI runs too)
 
 
-@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize(
+    "way", [pytest.param(way, marks=[pytest.mark.slow] if way in SLOW_WAYS else []) for way in WAYS]
+)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_memory_limit_counts_what_left_the_tree(
     procs: Processes, queue: Queue, barriers: Path, shape: str, way: str
@@ -139,6 +142,7 @@ def _can_punch(folder: Path) -> bool:
     return True
 
 
+@pytest.mark.slow  # (a 64M write to a ramfs)
 def test_output_that_cannot_be_bounded_stops_the_run_past_its_ceiling(procs: Processes, no_holes: Path) -> None:
     """The job writes 64M to stdout (its limit 1M: its ceiling 20M) and ignores SIGTERM: it
     is stopped for its output, and killed at the next check, not after its long grace."""
