@@ -652,6 +652,7 @@ def check_printed(printed: Printed) -> None:
 
 # A process per example, nearly half a second each: at most 250 (about 110 s), under pytest's
 # faulthandler_timeout of 120 s, which would dump every thread's stack.
+@pytest.mark.slow  # (16 s: every reader as a process, for each example)
 @settings(HOSTILE, max_examples=min(max(5, EXAMPLES * 3 // 5), 250))
 @given(run_files=run_folders(tainted_documents), ending=RUNNING_MOSTLY, submission=files_only(tainted_documents(JOB)))
 def test_status_list_and_show_print_strict_json_and_safe_lines(

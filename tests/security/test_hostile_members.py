@@ -224,6 +224,7 @@ def test_a_member_cannot_submit_under_a_live_jobs_id(procs: Processes, shared_qu
     invariants.check_invariants(shared_queue, [ready, later])
 
 
+@pytest.mark.slow  # (7 s: a schedule's ticks fired in real time)
 def test_a_member_cannot_take_a_schedules_tick_first(procs: Processes, shared_queue: Path) -> None:
     """Tick ids were derived from the schedule's name alone: a member who submitted the next
     ones first held the schedule back. Then from the secret and the name: one tick's id (and

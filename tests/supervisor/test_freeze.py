@@ -39,6 +39,7 @@ def cli(procs: Processes, *args: str) -> str:
     return procs.log(command)
 
 
+@pytest.mark.slow  # (12 s a mode: frozen past its whole timeout, then the rest of it)
 @pytest.mark.parametrize("mode", MODES)
 def test_a_frozen_job_stands_still_with_its_escapees_and_its_timeout_waits(
     procs: Processes, queue: Queue, tmp_path: Path, mode: str
