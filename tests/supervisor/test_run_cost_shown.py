@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from supervisor.containment import CgroupContainment
 from tests.cli.conftest import ok
 from tests.conftest import REPO
 from tests.processes import Processes, wait_until
-from tests.supervisor.test_web import start_web, stop
+from tests.supervisor.test_web import runtime, start_web, stop  # noqa: F401  (runtime: the servers' token folder, autouse)
 
 MIB = 1 << 20
 HELD = 48 * MIB
@@ -96,6 +95,14 @@ def _check_metrics(queue: Queue, cost: dict[str, Any]) -> dict[tuple[str, tuple[
     return found
 
 
+def _page_cost(procs: Processes, queue: Queue, job_id: str) -> Any:
+    """The job's last run's cost as the page's JSON (`/api/job`) gives it."""
+    server, web = start_web(procs, queue.path)
+    page = web.json(f"/api/job?queue=0&id={job_id}")
+    stop(procs, server)
+    return page["history"][-1]["outcome"]["cost"]
+
+
 def _page_words(cost: dict[str, Any]) -> str:
     """What the page's own script (app.js `costText`) says of `cost`, run by node."""
     node = shutil.which("node")
@@ -108,18 +115,8 @@ def _page_words(cost: dict[str, Any]) -> str:
     return subprocess.run([node, "-e", program], capture_output=True, text=True, check=True, timeout=30).stdout
 
 
-@pytest.fixture
-def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where `forkvisor web` keeps the token it makes (never the real runtime folder)."""
-    folder = tmp_path / "runtime"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
-    for name in ("RUNTIME_DIRECTORY", "FORKVISOR_WEB_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.mark.skipif(bool(WHY_NO_CGROUP), reason=WHY_NO_CGROUP or "-")
-def test_the_cost_of_every_process_is_shown_everywhere(procs: Processes, queue: Queue, runtime: None) -> None:
+def test_the_cost_of_every_process_is_shown_everywhere(procs: Processes, queue: Queue) -> None:
     job_id = _run(procs, queue, "cgroup")
     cost = _shown_cost(queue, job_id)
     assert cost["from"] == "cgroup", cost
@@ -127,10 +124,7 @@ def test_the_cost_of_every_process_is_shown_everywhere(procs: Processes, queue: 
     assert cost["processes_seen"] >= 3, "sh, python and sleep, each alive across two looks"
     found = _check_metrics(queue, cost)
     assert found[("forkvisor_run_processes_total", (("function", FUNCTION),))] == cost["processes_seen"]
-    server, web = start_web(procs, queue.path)
-    page = web.json(f"/api/job?queue=0&id={job_id}")
-    stop(procs, server)
-    assert page["history"][-1]["outcome"]["cost"] == cost
+    assert _page_cost(procs, queue, job_id) == cost
     words = _page_words(cost)
     assert f"cpu {cost['cpu_user']:.2f} s user, {cost['cpu_system']:.2f} s system" in words, words
     assert f"peak memory {cost['peak_memory'] / MIB:.1f} MiB," in words, words
@@ -138,7 +132,7 @@ def test_the_cost_of_every_process_is_shown_everywhere(procs: Processes, queue: 
     assert words.endswith("(every process of the run)"), words
 
 
-def test_without_a_cgroup_the_cost_is_what_wait4_saw(procs: Processes, queue: Queue, runtime: None) -> None:
+def test_without_a_cgroup_the_cost_is_what_wait4_saw(procs: Processes, queue: Queue) -> None:
     """The shell waited for both: their CPU is in its rusage, their peak is its largest
     process's; the processes are not counted, and /metrics says nothing rather than 0."""
     job_id = _run(procs, queue, "processes")
@@ -147,10 +141,7 @@ def test_without_a_cgroup_the_cost_is_what_wait4_saw(procs: Processes, queue: Qu
     assert "processes_seen" not in cost, cost
     found = _check_metrics(queue, cost)
     assert ("forkvisor_run_processes_total", (("function", FUNCTION),)) not in found
-    server, web = start_web(procs, queue.path)
-    page = web.json(f"/api/job?queue=0&id={job_id}")
-    stop(procs, server)
-    assert page["history"][-1]["outcome"]["cost"] == cost
+    assert _page_cost(procs, queue, job_id) == cost
     words = _page_words(cost)
     assert f"peak memory {cost['peak_memory'] / MIB:.1f} MiB (its largest process)" in words, words
     assert "processes seen" not in words, words
