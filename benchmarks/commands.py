@@ -7,6 +7,10 @@ rounds), this process runs:
 
 - the reference, `seq N | xargs -P CAP -n 1 true`: a plain fork+exec loop with
   the same cap, no queue and no records (what the issue compares with),
+- the recording queue for commands (`references.CommandRecordingQueue`): every record
+  forkvisor keeps of a command job, its children vforked by the same C module, with the
+  barriers of issue 30's decisions, as straight-line code; its ratio to xargs is the most
+  any code that keeps those records can reach,
 - forkvisor, plain and durable, with its command jobs started each way this host
   allows (supervisor/spawner.py): vforked by its C module (the default where it was
   built), spawned through `setpriv` and `sh` (without the module), and forked (for
@@ -31,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, references
 from benchmarks.throughput import Series, paired_ratios
 from jobs import Queue, command_call
 from supervisor import Manager
@@ -65,6 +69,17 @@ def run_forkvisor(folder: Path, jobs: int, cap: int, durable: bool, how: str) ->
     return run
 
 
+def run_recording(folder: Path, jobs: int, cap: int, durable: bool) -> common.Timed:
+    queue = references.CommandRecordingQueue(folder)
+    queue.fill(jobs)
+    common.sync_filesystem(folder)
+    run = common.timed(lambda: queue.run(cap, durable))
+    done = len(list(queue.done.iterdir()))
+    if done != jobs:
+        raise SystemExit(f"the recording queue finished {done} of {jobs} command jobs")
+    return run
+
+
 Contender = Callable[[Path, int, int], common.Timed]
 SPAWNERS: dict[str, Callable[[], Spawner | None]] = {
     "vforked": Vforked.probe,
@@ -87,8 +102,15 @@ def _form(durable: bool, how: str) -> str:
     return f"{how} {'durable' if durable else 'plain'}"
 
 
+def _recording(durable: bool) -> str:
+    return f"recording queue {'durable' if durable else 'plain'}"
+
+
 def contenders() -> dict[str, Contender]:
     found: dict[str, Contender] = {"xargs": run_xargs}
+    if "vforked" in ways():
+        for durable in (False, True):
+            found[_recording(durable)] = lambda f, j, c, d=durable: run_recording(f, j, c, d)
     for durable, how in forms():
         found[_form(durable, how)] = lambda f, j, c, d=durable, h=how: run_forkvisor(f, j, c, d, h)
     return found
@@ -113,8 +135,9 @@ def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[
         reference = config["xargs"]
         results[f"c{cap}"] = entry = {"xargs_jobs_per_s": common.summary(reference.rates)}
         rows.append([f"c{cap}", "xargs -P", common.spread_text(reference.rates), "1", "", ""])
-        for durable, how in forms():
-            name = _form(durable, how)
+        named = [(f"forkvisor {_form(d, h)}", _form(d, h)) for d, h in forms()]
+        named += [(name, name) for name in map(_recording, (False, True)) if name in config]
+        for shown, name in named:
             series = config[name]
             ratios = paired_ratios(series, reference)
             key = name.replace(" ", "_")
@@ -125,7 +148,7 @@ def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[
             rows.append(
                 [
                     f"c{cap}",
-                    f"forkvisor {name}",
+                    shown,
                     common.spread_text(series.rates),
                     common.spread_text(ratios, 2),
                     f"{common.median(series.cpu_per_job_us):,.0f}",
@@ -135,7 +158,8 @@ def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[
     common.print_table(
         f"Command jobs (`true`): {jobs} per run, {rounds} interleaved rounds; median [min-max]. Jobs enqueued "
         "BEFORE the timed window.\nratio = jobs/s against xargs in the same round; cpu = the manager's own CPU "
-        "(us per job); flt = its minor page faults per job.",
+        "(us per job); flt = its minor page faults per job. The recording queue keeps forkvisor's records of "
+        "each command job, vforked, as straight-line code (benchmarks/references.py).",
         ["cap", "who", "jobs/s", "ratio", "cpu", "flt"],
         rows,
     )

@@ -13,8 +13,10 @@ and prints its figures; rounds alternate the order:
   `objects` (small dicts of strings: parsed data, an ORM's cache; the garbage
   collector tracks every one of them);
 - contenders: `bare` (fork, the child exits at once: `references.bare_fork`),
-  `forkvisor` (`Manager(...).run(burst=True)` on a plain queue) and `forkvisor
-  durable` (the same on a durable queue, the default, as users run it). (A third
+  `forkvisor` (`Manager(...).run(burst=True)` on a plain queue), `forkvisor
+  durable` (the same on a durable queue, the default, as users run it) and
+  `recording durable` (`references.RecordingQueue`: forkvisor's records and barriers
+  as straight-line code, the floor of any code that keeps them). (A fifth
   form, after `gc.freeze()`, measured no difference and was dropped: see
   docs/PERFORMANCE.md.)
 
@@ -40,7 +42,7 @@ from benchmarks.throughput import Series, paired_ratios
 CAP = 2
 TARGET_RATIO = 0.8
 SHAPES = ("buffer", "objects")
-CONTENDERS = ("bare", "forkvisor", "forkvisor durable")
+CONTENDERS = ("bare", "forkvisor", "forkvisor durable", "recording durable")
 ROUNDS_SHARE = 0.8  # the share of rounds that must meet TARGET_RATIO (four of five)
 
 
@@ -59,6 +61,10 @@ def worker(shape: str, mb: int, contender: str, jobs: int, folder: Path) -> dict
     held = allocate(shape, mb)
     if contender == "bare":
         run = common.timed(lambda: references.bare_fork(jobs, CAP))
+    elif contender == "recording durable":
+        recording = references.RecordingQueue(folder)
+        recording.fill(jobs)
+        run = common.timed(lambda: recording.run(CAP, durable=True))
     else:
         from benchmarks.tasks import noop, registry
         from jobs import Call, Queue

@@ -13,8 +13,12 @@ in done/. Then it waits a small random gap and goes on.
 Alternately, job by job, the same is done against the reference: the
 FORMAT.md submission recipe (`references.minimal_submit`, durable) and an
 idle minimal server (`references.minimal_server`) in a forked child, which
-renames, forks a child that stamps its start, waits and renames to done/.
-Warm-up jobs run first and are not counted.
+renames, forks a child that stamps its start, waits and renames to done/. And
+the floor of forkvisor's own records under issue 30's decisions: the same recipe
+with the `events` line, served by `references.recording_server` (the recording
+queue: the count staged, the child forked to wait at a gate until its count is on
+disk, the outcome, the result's link, the move, each with its barriers). Warm-up
+jobs run first and are not counted. The target is from the enqueue's call.
 """
 
 from __future__ import annotations
@@ -117,12 +121,14 @@ def start_manager(queue: Path, durable: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen(common.manager_command(queue, *([] if durable else ["--no-durable"])), cwd=common.REPO)
 
 
-def start_minimal_server(queue: Path, durable: bool) -> int:
+def start_server(serve: Callable[[Path, bool], None], queue: Path, durable: bool) -> int:
+    (queue / "tmp").mkdir(parents=True)
+    references.MinimalQueue(queue)
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            references.minimal_server(queue, durable)
+            serve(queue, durable)
         finally:
             os._exit(code)
     return pid
@@ -131,14 +137,15 @@ def start_minimal_server(queue: Path, durable: bool) -> int:
 def measure(root: Path, jobs: int, gap: float, durable: bool) -> dict[str, Samples]:
     with common.scratch(root, "latency") as scratch:
         queue = Queue(scratch / "forkvisor", durable=durable)
-        minimal = scratch / "minimal"
-        (minimal / "tmp").mkdir(parents=True)
-        references.MinimalQueue(minimal)
-        manager, server = start_manager(queue.path, durable), start_minimal_server(minimal, durable)
-        watch = DoneWatch([queue.path / "done", minimal / "done"])
+        minimal, recording = scratch / "minimal", scratch / "recording"
+        manager = start_manager(queue.path, durable)
+        servers = [start_server(references.minimal_server, minimal, durable)]
+        servers.append(start_server(references.recording_server, recording, durable))
+        watch = DoneWatch([queue.path / "done", minimal / "done", recording / "done"])
         contenders: dict[str, tuple[Submit, Path]] = {
             "forkvisor": (lambda: queue.enqueue(stamp), queue.path / "done"),
             "reference": (lambda: references.minimal_submit(minimal, durable), minimal / "done"),
+            "recording": (lambda: references.minimal_submit(recording, durable, logged=True), recording / "done"),
         }
         found = {name: Samples() for name in contenders}
         try:
@@ -151,8 +158,9 @@ def measure(root: Path, jobs: int, gap: float, durable: bool) -> dict[str, Sampl
             watch.close()
             manager.send_signal(signal.SIGTERM)
             manager.wait(timeout=60)
-            os.kill(server, signal.SIGKILL)
-            os.waitpid(server, 0)
+            for server in servers:
+                os.kill(server, signal.SIGKILL)
+                os.waitpid(server, 0)
     return found
 
 
@@ -173,10 +181,11 @@ def report(found: dict[str, Samples], durable: bool, gap: float) -> dict[str, An
     results["ratio_p50_start"] = common.ratio(fv["p50"], ref["p50"])
     results["ratio_p99_start"] = common.ratio(fv["p99"], ref["p99"])
     results["durable"] = durable
-    if durable:
+    if durable:  # issue 30's measure: from the enqueue's call
+        call = results["forkvisor"]["enqueue_call_to_start_ms"]
         results["targets"] = {
-            f"enqueue->start p50 < {TARGET_P50_MS} ms": fv["p50"] < TARGET_P50_MS,
-            f"enqueue->start p99 < {TARGET_P99_MS} ms": fv["p99"] < TARGET_P99_MS,
+            f"enqueue call->start p50 < {TARGET_P50_MS} ms": call["p50"] < TARGET_P50_MS,
+            f"enqueue call->start p99 < {TARGET_P99_MS} ms": call["p99"] < TARGET_P99_MS,
         }
         for target, met in results["targets"].items():
             print(f"target {target}: {'met' if met else 'MISSED'}")

@@ -27,20 +27,24 @@ import inspect
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from setproctitle import setproctitle
 
 from benchmarks.common import sync_filesystem
 from jobs import new_job_id
+from supervisor import forking
 from supervisor.watch import Watch
 
 RESULT = b"null\n"
 SPEC = b'{"function": "bench.noop", "args": [], "kwargs": {}}\n'
+TRUE = shutil.which("true") or "/bin/true"
 
 
 def open_dir(path: Path) -> int:
@@ -146,53 +150,153 @@ class MinimalQueue:
 
 
 class RecordingQueue(MinimalQueue):
-    """The minimal queue plus every record forkvisor keeps of a job, as straight-line code:
-    what its guarantees and `forkvisor status` cost before any structure. Beyond the
-    minimal queue, per job: `job.json` read; the attempt counter written before the fork
-    (a dot-file renamed over it; durable: the file and the folder fsynced); the run's folder;
-    an `events` line at the claim and at the end. In the child: its own process group, the
-    parent-death signal and the check of its parent, a title, stdout and stderr opened in
-    the run's folder, a `pid` file, the FORKVISOR_* variables. After `wait4`: `outcome.json`
-    (exit status and rusage; durable: fsynced, and its folder), `result.json` linked into
-    the job's folder. The claim's rename is not fsynced, as forkvisor's is not."""
+    """The minimal queue plus every record forkvisor keeps of a job, as straight-line code,
+    with the barriers of issue 30's decisions: what its guarantees and `forkvisor status`
+    cost before any structure. Beyond the minimal queue, per job: `job.json` read; the
+    attempt counter (a dot-file renamed over it); the run's folder; an `events` line at the
+    claim and at the end. In the child: its own process group, the parent-death signal and
+    the check of its parent, a title, stdout and stderr opened in the run's folder, a `pid`
+    file, the FORKVISOR_* variables. After `wait4`: `outcome.json` (exit status and rusage),
+    `result.json` linked into the job's folder, the move to done/.
+
+    Durable, the decisions' best: each child is forked before its count is on disk and waits
+    at a gate (a pipe) until it is; the counts of one turn's claims share their barriers (every
+    staged file synced, then every rename made and every job folder synced), and so do the ends
+    of one turn's exited children (every outcome file, then the renames, the run and job folders,
+    then the moves and one fsync of claimed/ and of done/). Every file and folder a step changes
+    is synced before the step that relies on it, as the crash-state tests ask of forkvisor; on a
+    journaling file system the first fsync of a step commits the whole step. The claim's rename
+    is not synced, as forkvisor's is not. Its ratio to the minimal queue is the most any code
+    keeping forkvisor's records under those decisions can reach."""
+
+    RESULT_LINKED = True
+    stamps = False  # each child's result: its start time (CLOCK_MONOTONIC), for latency; else `null`
 
     def _run(self, cap: int, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> int:
         pending = sorted(os.listdir(self.ready), reverse=True)
-        ready, claimed, done = str(self.ready), str(self.claimed), str(self.done)
         running: dict[int, str] = {}
         finished = 0
         while pending or running:
-            while pending and len(running) < cap:
-                job_id = pending.pop()
-                job = f"{claimed}/{job_id}"
-                os.rename(f"{ready}/{job_id}", job)
-                with open(f"{job}/job.json", "rb") as spec_file:
-                    function = json.loads(spec_file.read())["function"]
-                _replace(job, "attempts", b"1\n", durable)
-                os.mkdir(f"{job}/attempt-1", 0o700)
-                _append(f"{job}/events", f"{time.time()} claimed: attempt 1/3 (run 1)\n")
-                running[_fork_recording(job, job_id, function, durable)] = job_id
-            pid, status, usage = os.wait4(-1, 0)
-            job_id = running.pop(pid)
-            job = f"{claimed}/{job_id}"
-            outcome = {"exit_code": os.waitstatus_to_exitcode(status), "pid": pid, "user_s": usage.ru_utime}
-            outcome |= {"system_s": usage.ru_stime, "max_rss_kb": usage.ru_maxrss, "ended": time.time()}
-            _replace(f"{job}/attempt-1", "outcome.json", json.dumps(outcome, indent=1).encode(), durable)
-            os.link(f"{job}/attempt-1/result.json", f"{job}/result.json")
-            _append(f"{job}/events", f"{time.time()} done: attempt 1 (run 1) succeeded\n")
-            os.rename(job, f"{done}/{job_id}")
+            claimed = [pending.pop() for _ in range(min(len(pending), cap - len(running)))]
+            if claimed:
+                running |= self._start_turn(claimed, durable)
+            ended = [os.wait4(-1, 0)]
+            while running and len(ended) < len(running) and (more := os.wait4(-1, os.WNOHANG))[0]:
+                ended.append(more)
+            self._end_turn([(running.pop(pid), pid, status, usage) for pid, status, usage in ended], durable)
             if durable:
                 os.fsync(claimed_fd)
                 os.fsync(done_fd)
-            finished += 1
+            finished += len(ended)
         return finished
+
+    def _start_turn(self, entries: list[str], durable: bool) -> dict[int, str]:
+        """Claim, count and fork each job; durable, open their gates after the counts' shared barriers."""
+        claimed = [self._claim(entry) for entry in entries]
+        folders = [f"{self.claimed}/{job_id}" for job_id, _ in claimed]
+        if not durable:
+            _commit_counts(folders, durable)
+        started, openers = {}, []
+        for (job_id, function), folder in zip(claimed, folders, strict=True):
+            gate, opener = os.pipe() if durable else (-1, -1)
+            started[_fork_recording(folder, job_id, function, durable, gate, self.stamps)] = job_id
+            if durable:
+                os.close(gate)
+                openers.append(opener)
+        if durable:
+            _commit_counts(folders, durable)
+        for opener in openers:
+            os.write(opener, b"x")
+            os.close(opener)
+        return started
+
+    def _claim(self, entry: str) -> tuple[str, str]:
+        """Take the job at `ready/entry` (`ID`, or `PRIORITY.ID` as submitted), read its function,
+        stage its count, make its run folder, log the claim; its id and function."""
+        job_id = entry.partition(".")[2] or entry
+        job = f"{self.claimed}/{job_id}"
+        os.rename(f"{self.ready}/{entry}", job)
+        with open(f"{job}/job.json", "rb") as spec_file:
+            function = json.loads(spec_file.read())["function"]
+        _write(f"{job}/.attempts.tmp", b"1\n", False)
+        os.mkdir(f"{job}/attempt-1", 0o700)
+        _append(f"{job}/events", f"{time.time()} claimed: attempt 1/3 (run 1)\n")
+        return job_id, function
+
+    def serve(self, entry: str, durable: bool, claimed_fd: int, done_fd: int) -> None:
+        """An idle server's turn: run the job at `ready/entry` alone, to its end in done/."""
+        started = self._start_turn([entry], durable)
+        pid, status, usage = os.wait4(next(iter(started)), 0)
+        self._end_turn([(started[pid], pid, status, usage)], durable)
+        if durable:
+            os.fsync(claimed_fd)
+            os.fsync(done_fd)
+
+    def _end_turn(self, ended: list[tuple[str, int, int, Any]], durable: bool) -> None:
+        """Record the outcomes of one turn's exited children, their barriers shared, then move them to done/."""
+        jobs = []
+        for job_id, pid, status, usage in ended:
+            job = f"{self.claimed}/{job_id}"
+            outcome = {"exit_code": os.waitstatus_to_exitcode(status), "pid": pid, "user_s": usage.ru_utime}
+            outcome |= {"system_s": usage.ru_stime, "max_rss_kb": usage.ru_maxrss, "ended": time.time()}
+            _write(f"{job}/attempt-1/.outcome.json.tmp", json.dumps(outcome, indent=1).encode(), False)
+            jobs.append((job_id, job))
+        if durable:
+            _sync_each([f"{job}/attempt-1/.outcome.json.tmp" for _, job in jobs])
+        for _, job in jobs:
+            os.rename(f"{job}/attempt-1/.outcome.json.tmp", f"{job}/attempt-1/outcome.json")
+            if self.RESULT_LINKED:
+                os.link(f"{job}/attempt-1/result.json", f"{job}/result.json")
+            _append(f"{job}/events", f"{time.time()} done: attempt 1 (run 1) succeeded\n")
+        if durable:
+            _sync_each([path for _, job in jobs for path in (f"{job}/attempt-1", job)])
+        for job_id, job in jobs:
+            os.rename(job, f"{self.done}/{job_id}")
+
+
+class CommandRecordingQueue(RecordingQueue):
+    """The recording queue for command jobs (`true`), started as forkvisor starts them by
+    default, from its C module (`forking.vfork_exec`: no copy of this process); the manager
+    opens the run's output files and writes its `pid` file. A vforked child cannot wait at a
+    gate, so the counts of one turn's claims are on disk, their barriers shared, before any
+    of them starts. No result to link: a command's is its exit status, in `outcome.json`."""
+
+    RESULT_LINKED = False
+
+    def _start_turn(self, entries: list[str], durable: bool) -> dict[int, str]:
+        claimed = [job_id for job_id, _ in map(self._claim, entries)]
+        _commit_counts([f"{self.claimed}/{job_id}" for job_id in claimed], durable)
+        started = {}
+        for job_id in claimed:
+            job = f"{self.claimed}/{job_id}"
+            run = f"{job}/attempt-1"
+            output = [os.open(f"{run}/{name}", _OUTPUT, 0o600) for name in ("stdout", "stderr")]
+            stdin = os.open(os.devnull, os.O_RDONLY)
+            variables = {"FORKVISOR_QUEUE": job, "FORKVISOR_JOB_ID": job_id, "FORKVISOR_ATTEMPT_DIR": run}
+            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None)
+            for fd in (stdin, *output):
+                os.close(fd)
+            _write(f"{run}/pid", f"{pid}\n".encode(), False)
+            started[pid] = job_id
+        return started
+
+
+def _commit_counts(jobs: list[str], durable: bool) -> None:
+    """Put the staged counts of `jobs` in place; durable, every staged file synced first and
+    every job folder after (the barriers of one turn shared)."""
+    if durable:
+        _sync_each([f"{job}/.attempts.tmp" for job in jobs])
+    for job in jobs:
+        os.rename(f"{job}/.attempts.tmp", f"{job}/attempts")
+    if durable:
+        _sync_each(jobs)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 
 
-def _fork_recording(job: str, job_id: str, function: str, durable: bool) -> int:
+def _fork_recording(job: str, job_id: str, function: str, durable: bool, gate: int, stamps: bool) -> int:
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -212,11 +316,24 @@ def _fork_recording(job: str, job_id: str, function: str, durable: bool) -> int:
             for name, value in (("QUEUE", job), ("JOB_ID", job_id), ("ATTEMPT", "1"), ("ATTEMPT_DIR", run)):
                 os.environ[f"FORKVISOR_{name}"] = value
             os.environ["FORKVISOR_FUNCTION"] = function
-            _write(f"{run}/result.json", RESULT, durable)
+            if gate >= 0 and os.read(gate, 1) != b"x":  # the gate: no job code before its count is on disk
+                os._exit(72)
+            result = f"{time.clock_gettime(time.CLOCK_MONOTONIC)!r}\n".encode() if stamps else RESULT
+            _write(f"{run}/result.json", result, durable)
             code = 0
         finally:
             os._exit(code)
     return pid
+
+
+def _sync_each(paths: list[str]) -> None:
+    """fsync every file or folder of `paths` (on a journaling file system the first commits them all)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _write(path: str | Path, data: bytes, durable: bool) -> None:
@@ -227,15 +344,6 @@ def _write(path: str | Path, data: bytes, durable: bool) -> None:
         if durable:
             os.fsync(fd)
     finally:
-        os.close(fd)
-
-
-def _replace(folder: str, name: str, data: bytes, durable: bool) -> None:
-    _write(f"{folder}/.{name}.tmp", data, durable)
-    os.rename(f"{folder}/.{name}.tmp", f"{folder}/{name}")
-    if durable:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        os.fsync(fd)
         os.close(fd)
 
 
@@ -250,10 +358,12 @@ def _append(path: str, line: str) -> None:
 # -- submitting -------------------------------------------------------------------------
 
 
-def _stage(queue: Path, spec: bytes, durable: bool) -> str:
+def _stage(queue: Path, spec: bytes, durable: bool, logged: bool = False) -> str:
     job_id = new_job_id()
     staging = queue / "tmp" / job_id
     os.mkdir(staging, 0o700)
+    if logged:  # first, as forkvisor's enqueue does: job.json's fsync commits it too
+        _append(f"{staging}/events", f"{time.time()} enqueued\n")
     _write(staging / "job.json", spec, durable)
     if durable:
         folder = open_dir(staging)
@@ -262,9 +372,10 @@ def _stage(queue: Path, spec: bytes, durable: bool) -> str:
     return job_id
 
 
-def minimal_submit(queue: Path, durable: bool, spec: bytes = SPEC) -> str:
-    """docs/FORMAT.md's recipe for one job: stage in tmp/, rename into ready/, fsync."""
-    job_id = _stage(queue, spec, durable)
+def minimal_submit(queue: Path, durable: bool, spec: bytes = SPEC, logged: bool = False) -> str:
+    """docs/FORMAT.md's recipe for one job: stage in tmp/, rename into ready/, fsync (`logged`:
+    with the `events` line forkvisor's enqueue writes)."""
+    job_id = _stage(queue, spec, durable, logged)
     os.rename(queue / "tmp" / job_id, queue / "ready" / f"100.{job_id}")
     if durable:
         ready = open_dir(queue / "ready")
@@ -302,6 +413,19 @@ def minimal_server(queue: Path, durable: bool) -> None:
         select.select([watch.fd], [], [])
         for _, name in watch.read():
             _serve_one(minimal, name, durable, *fds)
+
+
+def recording_server(queue: Path, durable: bool) -> None:
+    """`minimal_server` with forkvisor's records and barriers (`RecordingQueue.serve`): the
+    floor of an idle manager's latency under issue 30's decisions."""
+    recording = RecordingQueue(queue)
+    recording.stamps = True
+    watch = Watch([recording.ready])
+    claimed_fd, done_fd = open_dir(recording.claimed), open_dir(recording.done)
+    while True:
+        select.select([watch.fd], [], [])
+        for _, name in watch.read():
+            recording.serve(name, durable, claimed_fd, done_fd)
 
 
 def _serve_one(minimal: MinimalQueue, name: str, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> None:

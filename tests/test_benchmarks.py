@@ -12,6 +12,7 @@ from benchmarks import (
     common,
     heavy,
     keys,
+    latency,
     managers,
     planning,
     progress,
@@ -20,6 +21,7 @@ from benchmarks import (
     throughput,
     web,
 )
+from supervisor import forking
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -61,7 +63,26 @@ def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processe
         assert (run / "pid").read_text().strip().isdigit()
         assert (run / "stdout").exists()
         assert (run / "stderr").exists()
-        assert '"exit_code": 0' in (run / "outcome.json").read_text()
+        assert '"exit_code": 0' in (run / "outcome.json").read_text()  # (72: its gate did not open)
+        assert not [*job.glob(".*"), *run.glob(".*")]  # every staged count and outcome put in place
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_the_command_recording_queue_keeps_what_forkvisor_keeps_of_a_command_job(
+    procs: Processes, disk: Path, durable: bool
+) -> None:
+    if not forking.CAN_VFORK:
+        pytest.skip("the C module that vforks command jobs is not built here")
+    queue = references.CommandRecordingQueue(disk / "q")
+    queue.fill(3)
+    assert queue.run(2, durable) == 3
+    for job in queue.done.iterdir():
+        run = job / "attempt-1"
+        assert (job / "attempts").read_text() == "1\n"
+        assert len((job / "events").read_text().splitlines()) == 2
+        assert int((run / "pid").read_text()) > 0
+        assert '"exit_code": 0' in (run / "outcome.json").read_text()  # `true` ran
+        assert not [*job.glob(".*"), *run.glob(".*")]
 
 
 def test_the_command_jobs_benchmark_runs(procs: Processes, disk: Path, spawner: Spawner) -> None:
@@ -69,6 +90,8 @@ def test_the_command_jobs_benchmark_runs(procs: Processes, disk: Path, spawner: 
     default = commands.ways()[0]
     assert results["c2"][f"{default}_plain_jobs_per_s"]["median"] > 0
     assert results["c2"]["forked_durable_jobs_per_s"]["median"] > 0
+    if forking.CAN_VFORK:
+        assert results["c2"]["recording_queue_durable_ratio_vs_xargs"]["median"] > 0
     assert set(results["targets"]) == {f"c2 {default} plain >= 0.5 x xargs", f"c2 {default} durable >= 0.5 x xargs"}
 
 
@@ -82,6 +105,13 @@ def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
     assert results["buffer"]["forkvisor_jobs_per_s"]["median"] > 0
     assert results["objects"]["forkvisor_durable_jobs_per_s"]["median"] > 0
     assert len(results["targets"]) == 4
+
+
+def test_the_latency_benchmark_runs(procs: Processes, disk: Path) -> None:
+    results = latency.main(["--dir", str(disk), "--jobs", "5", "--gap", "1"])
+    for who in ("forkvisor", "reference", "recording"):  # the recording server's children stamped their starts
+        assert results[who]["enqueue_call_to_start_ms"]["p50"] > 0
+    assert set(results["targets"]) == {"enqueue call->start p50 < 3.0 ms", "enqueue call->start p99 < 10.0 ms"}
 
 
 def test_the_progress_benchmark_runs(disk: Path) -> None:
