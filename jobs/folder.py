@@ -50,7 +50,8 @@ SCHEDULES = "schedules"  # the schedules added from the shell (`jobs.schedules`)
 TICKS = "ticks"  # each schedule's handled ticks (`jobs.ticks`)
 EDGES = "edges"  # which jobs wait for which (`jobs.depends`)
 TAKEN = "taken"  # the ids of members' submissions taken in lately (`jobs.incoming`)
-FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS, EDGES, TAKEN)
+BELLS = "bells"  # each host's doorbell for its managers (`supervisor.bell`)
+FOLDERS = (TMP, QUARANTINE, *(state.value for state in State), STATS, KEYS, SCHEDULES, TICKS, EDGES, TAKEN, BELLS)
 
 
 def cancel_requested(job: Dir) -> bool:

@@ -21,7 +21,7 @@ from jobs.claim import Claim, Claimer, ClaimState, Finished, begin_runs
 from jobs.config import TMP_AGE
 from jobs.errors import QueueReplaced
 from jobs.fate import RunEnd
-from jobs.folder import QueueFolder, filesystem_now
+from jobs.folder import BELLS, QueueFolder, filesystem_now
 from jobs.index import ReadyIndex
 from jobs.job import State, created_at, parse_scheduled_name, scheduled_name
 from jobs.job_view import Job
@@ -305,6 +305,11 @@ class Serving:
 
     def settle_dependents(self, job_id: str, now: float | None = None, budget: int | None = None) -> int:
         return depends.settle_dependents(self.folder, job_id, _now(now), self.index.add, budget)
+
+    def bells_fd(self) -> int:
+        """A descriptor of the folder of each host's doorbell for the queue's managers
+        (`supervisor.bell`), open as long as the queue is."""
+        return self.folder.at(BELLS).fd
 
     def drain_request(self) -> operator.DrainRequest | None:
         return operator.drain_request(self.folder)

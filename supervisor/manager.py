@@ -100,8 +100,7 @@ class Manager:
         self.children.strays = self.containment.mode == "processes"  # orphans found by their mark
         self.children.others = self.served.sweeper_pids  # children that are not orphans: not looked at
         self.wakeups = Wakeups(opened, options.poll_interval)
-        self.children.on_start = self.wakeups.follow_job  # an operator's cancel reaches a job at once
-        self.children.on_end = self.wakeups.forget_job
+        self.children.on_start, self.children.on_end = self.wakeups.follow_job, self.wakeups.forget_job
         self.budget = Budget(options.max_jobs, options.max_runtime)
         self.display = Display(self.served, options.concurrency)
 
@@ -210,6 +209,7 @@ class Manager:
         self.served.keep(now, self.children, self.wakeups.fds, sweepers=self.phase is not Phase.STOPPING)
         self._start_jobs()
         self.served.open_gates(self.children)
+        self.wakeups.after_claims(self.served.room(self.children, self._can_start_more(time.monotonic())))
         if self.budget.limited and (spent := self.budget.spent(time.monotonic())) is not None:
             self.request_drain(spent)
         self.display.refresh(len(self.running), self.draining, now)

@@ -129,12 +129,12 @@ class Served:
         """New ready names to the claim index; at each poll, check the folders, the settings
         and the pause; a drain request drains the manager."""
         queue = self.queue
-        if news.ready:
+        if news.ready or news.rung:
             self.stats.tally.wakeups += 1
             self.stats.tally.changes += 1
         for name in news.ready:
             queue.serving.note_ready(name)
-        if news.missed:
+        if news.missed or news.rung:  # (rung: another manager saw new names, this one rescans)
             queue.serving.note_ready_missed()
         self.take_in_due = self.take_in_due or news.incoming
         if news.marked:
@@ -413,6 +413,11 @@ class ServedQueues(tuple[Served, ...]):
             served.outcomes.judge_suspended(now)
             served.outcomes.retry_stranded()
             served.outcomes.promote_retries()
+
+    def room(self, children: Children, may_start: bool) -> list[int]:
+        """How many more jobs of each queue the manager could start now (its doorbells' due)."""
+        room = children.concurrency - len(children.running) if may_start else 0
+        return [room if room and served.may_claim(children) else 0 for served in self]
 
     def open_gates(self, children: Children) -> None:
         """Let in the children started this turn, each queue's counts committed together."""

@@ -13,13 +13,14 @@ place each time, so a change is seen whatever the clocks' granularity).
 from __future__ import annotations
 
 import logging
-import selectors
+import select
 import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from jobs import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, PAUSE_FILE, Queue, State
+from supervisor.bell import Bell
 from supervisor.errors import InternalError
 from supervisor.running import Running
 from supervisor.signals import SignalPipe
@@ -34,13 +35,14 @@ class News:
     loop turns once or twice per job, and every object it makes is a page the manager may
     write after a fork (a copy-on-write fault, see docs/PERFORMANCE.md)."""
 
-    __slots__ = ("drain", "incoming", "marked", "missed", "pause", "poll", "ready")
+    __slots__ = ("drain", "incoming", "marked", "missed", "pause", "poll", "ready", "rung")
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
         self.ready: Sequence[str] = ()  # new names in ready/
+        self.rung = False  # the doorbell woke this manager: ready/ has news (`supervisor.bell`)
         self.missed = False  # the kernel dropped events: ready/ must be scanned
         self.incoming = False  # members' submissions may wait in incoming/
         self.drain = False  # a new drain request stands in the queue folder
@@ -60,8 +62,9 @@ class Wakeup:
 
 
 class QueueWatch:
-    """The manager's eyes on one queue: inotify on `ready/`, `incoming/` and the queue
-    folder (the drain and pause files), and the poll."""
+    """The manager's eyes on one queue: inotify on `incoming/` and the queue folder (the
+    drain and pause files), on `ready/` where this manager leads its host's managers of the
+    queue (else the doorbell, `supervisor.bell`), and the poll."""
 
     def __init__(self, queue: Queue, poll_interval: float) -> None:
         self.queue = queue
@@ -69,6 +72,8 @@ class QueueWatch:
         self.next_poll = 0.0
         self.news = News()
         self.watch: Watch | None = None
+        self.bell: Bell | None = None
+        self.free = 0  # the jobs of this queue the manager could start now (it listens to the bell while some)
         self._drain_at_start: tuple[int, int] | None = None
         self._jobs: dict[str, tuple[str, int]] = {}  # running job id -> its folder's path, its watch
         self._job_at: dict[str, str] = {}  # a running job's folder's path -> its id
@@ -78,13 +83,47 @@ class QueueWatch:
         self._drain_at_start = self._drain_request(None)
 
     def open(self) -> None:
-        """Start watching; inotify may be missing (the poll covers it)."""
+        """Start watching; inotify may be missing (the poll covers it), and the doorbell (then
+        this manager watches `ready/` whoever leads)."""
         queue = self.queue
-        self.watch = open_watch(
-            [queue.serving.state_path(State.READY), queue.path, queue.serving.state_path(State.INCOMING)]
-        )
+        self.watch = open_watch([queue.path, queue.serving.state_path(State.INCOMING)])
+        if self.watch is not None:
+            self.bell = Bell.open(queue.serving.bells_fd(), str(queue.path))
+            if self.bell is None or self.bell.try_to_lead():
+                self._watch_ready()
         for member in queue.serving.member_folders():
             self._watch_member(member)
+
+    def _watch_ready(self) -> None:
+        if self.watch is not None:
+            try:
+                self.watch.add(self.queue.serving.state_path(State.READY))
+            except OSError as exc:  # the poll finds new jobs meanwhile
+                log.error("cannot watch %s/ready: %s", self.queue.path, exc)
+
+    @property
+    def listens(self) -> bool:
+        """Whether the manager waits at the bell now: it does not lead, and has room for a job."""
+        return self.bell is not None and not self.bell.leads and self.free > 0
+
+    def answer(self) -> None:
+        """The bell rang: take as many rings as the manager has room for, and rescan `ready/`."""
+        if self.bell is not None and self.bell.answer(self.free):
+            self.news.rung = True
+
+    def after_claims(self, free: int) -> None:
+        """At the end of a turn, with room for `free` more jobs of this queue: a leader rings
+        for the new jobs it could not take; one that answered the bell and still has room found
+        nothing, so the rings left are stale (they would wake managers for nothing)."""
+        bell, found = self.bell, self.news
+        self.free = free
+        if bell is None:
+            return
+        if bell.leads:
+            if found.ready and not free:
+                bell.ring(len(found.ready))
+        elif found.rung and free:
+            bell.clear()
 
     def follow_job(self, job_id: str, folder: str) -> None:
         """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` and `frozen` marks:
@@ -151,6 +190,9 @@ class QueueWatch:
             self.next_poll = now + self.poll_interval
             found.poll = found.incoming = True
             found.drain = found.drain or self.drain_requested()
+            if self.bell is not None and not self.bell.leads and self.bell.try_to_lead():
+                self._watch_ready()  # the leader went (its lock with it): this manager watches ready/ now
+                found.missed = True  # and rescans it, for what arrived unseen
 
     def drain_requested(self) -> bool:
         """Whether a drain file stands that was not there (as it is now) at the start."""
@@ -167,15 +209,21 @@ class QueueWatch:
         if self.watch is not None:
             self.watch.close()
             self.watch = None
+        if self.bell is not None:
+            self.bell.close()
+            self.bell = None
 
 
 class Wakeups:
-    """The manager's wait: a selector over the signal pipe and each queue's watch."""
+    """The manager's wait: epoll over the signal pipe, each queue's watch and, while the
+    manager has room for a job, each queue's doorbell (exclusive: a ring wakes one manager)."""
 
     def __init__(self, queues: Sequence[Queue], poll_interval: float) -> None:
         self.watches = [QueueWatch(queue, poll_interval) for queue in queues]
         self._signals: SignalPipe | None = None
-        self._selector: selectors.DefaultSelector | None = None
+        self._epoll: select.epoll | None = None
+        self._watch_of: dict[int, QueueWatch] = {}  # an inotify descriptor -> its queue's watch
+        self._listening: dict[int, QueueWatch] = {}  # a doorbell registered now -> its queue's watch
         self._found = Wakeup([watch.news for watch in self.watches])
 
     @property
@@ -192,12 +240,13 @@ class Wakeups:
         """Watch the queues once the manager is registered."""
         if self._signals is None:
             raise InternalError("open_signals() comes first")
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._signals.read_fd, selectors.EVENT_READ)
+        self._epoll = select.epoll()
+        self._epoll.register(self._signals.read_fd, select.EPOLLIN)
         for watch in self.watches:
             watch.open()
             if watch.watch is not None:
-                self._selector.register(watch.watch.fd, selectors.EVENT_READ, watch)
+                self._epoll.register(watch.watch.fd, select.EPOLLIN)
+                self._watch_of[watch.watch.fd] = watch
 
     def follow_job(self, running: Running) -> None:
         """Watch a started job's folder for its `cancel` mark (see `QueueWatch.follow_job`)."""
@@ -206,37 +255,62 @@ class Wakeups:
     def forget_job(self, running: Running) -> None:
         self.watches[running.queue].forget_job(running.claim.job_id)
 
+    def after_claims(self, free: Sequence[int]) -> None:
+        """The end of a turn: each queue's room for more jobs (`QueueWatch.after_claims`)."""
+        for watch, room in zip(self.watches, free, strict=True):
+            watch.after_claims(room)
+
     @property
     def fds(self) -> list[int]:
-        """Descriptors a child must not keep: the wakeup pipe, the selector, inotify."""
+        """Descriptors a child must not keep: the wakeup pipe, epoll, inotify, the doorbells."""
         fds = [*self._signals.fds] if self._signals is not None else []
-        fds += [self._selector.fileno()] if self._selector is not None else []
-        return fds + [watch.watch.fd for watch in self.watches if watch.watch is not None]
+        fds += [self._epoll.fileno()] if self._epoll is not None else []
+        fds += [watch.watch.fd for watch in self.watches if watch.watch is not None]
+        return fds + [fd for watch in self.watches if watch.bell is not None for fd in watch.bell.fds]
 
     def wait(self, timeout: float) -> Wakeup:
         """Wait up to `timeout` seconds; say what happened."""
-        if self._selector is None or self._signals is None:
+        if self._epoll is None or self._signals is None:
             raise InternalError("the manager waits only once started")
-        events = self._selector.select(timeout)
+        self._listen(self._epoll)
+        events = self._epoll.poll(timeout)
         found = self._found
         found.signals = ()
         now = time.monotonic()
         for watch in self.watches:
             watch.news.reset()
-        for key, _ in events:
-            if key.data is None:  # the signal pipe (else skip the read: every turn counts, see PERFORMANCE.md)
+        for fd, _ in events:
+            if fd == self._signals.read_fd:  # (else skip the read: every turn counts, see PERFORMANCE.md)
                 found.signals = self._signals.drain()
-            else:
-                key.data.read()
+            elif fd in self._watch_of:
+                self._watch_of[fd].read()
+            elif fd in self._listening:
+                self._listening[fd].answer()
         for watch in self.watches:
             watch.poll_if_due(now)
         return found
 
+    def _listen(self, epoll: select.epoll) -> None:
+        """Wait at each doorbell while the manager has room for its queue's jobs, not otherwise: a
+        busy manager would be woken by rings it cannot answer, and take them from idle ones."""
+        for watch in self.watches:
+            bell = watch.bell
+            if bell is None:
+                continue
+            if watch.listens and bell.fifo not in self._listening:
+                epoll.register(bell.fifo, select.EPOLLIN | select.EPOLLEXCLUSIVE)
+                self._listening[bell.fifo] = watch
+            elif not watch.listens and bell.fifo in self._listening:
+                epoll.unregister(bell.fifo)
+                del self._listening[bell.fifo]
+
     def close(self) -> None:
-        """Close the selector and the watches, and give the process its signal handlers back."""
-        if self._selector is not None:
-            self._selector.close()
-            self._selector = None
+        """Close epoll and the watches, and give the process its signal handlers back."""
+        if self._epoll is not None:
+            self._epoll.close()
+            self._epoll = None
+        self._watch_of.clear()
+        self._listening.clear()
         for watch in self.watches:
             watch.close()
         if self._signals is not None:
