@@ -2,7 +2,7 @@
 starting, and to the job being in done/, with an idle manager waiting; durable
 unless --plain.
 
-    python -m benchmarks.latency [--jobs N] [--gap MS] [--plain] [--full] [--dir DIR]
+    python -m benchmarks.latency [--jobs N] [--gap MS] [--plain] [--containment MODE] [--full] [--dir DIR]
 
 A manager runs as `forkvisor run QUEUE --app benchmarks.tasks:registry` in a
 subprocess and idles. This process enqueues one `bench.stamp` job at a time
@@ -117,8 +117,9 @@ def one_job(submit: Submit, done: Path, watch: DoneWatch, samples: Samples | Non
         samples.from_call.append((started - before) * 1000)
 
 
-def start_manager(queue: Path, durable: bool) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(common.manager_command(queue, *([] if durable else ["--no-durable"])), cwd=common.REPO)
+def start_manager(queue: Path, durable: bool, containment: str) -> subprocess.Popen[bytes]:
+    options = [*([] if durable else ["--no-durable"]), "--containment", containment]
+    return subprocess.Popen(common.manager_command(queue, *options), cwd=common.REPO)
 
 
 def start_server(serve: Callable[[Path, bool], None], queue: Path, durable: bool) -> int:
@@ -134,11 +135,11 @@ def start_server(serve: Callable[[Path, bool], None], queue: Path, durable: bool
     return pid
 
 
-def measure(root: Path, jobs: int, gap: float, durable: bool) -> dict[str, Samples]:
+def measure(root: Path, jobs: int, gap: float, durable: bool, containment: str = "auto") -> dict[str, Samples]:
     with common.scratch(root, "latency") as scratch:
         queue = Queue(scratch / "forkvisor", durable=durable)
         minimal, recording = scratch / "minimal", scratch / "recording"
-        manager = start_manager(queue.path, durable)
+        manager = start_manager(queue.path, durable, containment)
         servers = [start_server(references.minimal_server, minimal, durable)]
         servers.append(start_server(references.recording_server, recording, durable))
         watch = DoneWatch([queue.path / "done", minimal / "done", recording / "done"])
@@ -198,12 +199,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--jobs", type=int, help="measured jobs per contender (default 500, --full 2000)")
     parser.add_argument("--gap", type=float, default=5.0, help="mean gap between jobs, ms (default 5)")
     parser.add_argument("--plain", action="store_true", help="durable=False on both sides")
+    parser.add_argument(
+        "--containment", default="auto", help="the manager's (auto, cgroup, processes): a cgroup per run may add a move"
+    )
     args = parser.parse_args(argv)
     root = common.choose_root(args.dir)
     common.announce("latency", root)
     jobs = args.jobs or (2000 if args.full else 500)
-    found = measure(root, jobs, args.gap, not args.plain)
+    found = measure(root, jobs, args.gap, not args.plain, args.containment)
     results = report(found, not args.plain, args.gap)
+    results["containment"] = args.containment
     common.emit_json("latency", root, results)
     return results
 

@@ -50,7 +50,8 @@ class Bell:
         host = host_part(socket.gethostname())
         lock = fifo = -1
         try:
-            lock = os.open(f"{host}.lock", os.O_RDWR | os.O_CREAT | _OPEN, 0o600, dir_fd=folder)
+            # Read-only (flock needs no more): a file open for writing would stop a remount read-only.
+            lock = os.open(f"{host}.lock", os.O_RDONLY | os.O_CREAT | _OPEN, 0o600, dir_fd=folder)
             _check(lock, stat.S_ISREG, f"bells/{host}.lock", "a regular file")
             try:
                 os.mkfifo(f"{host}.fifo", 0o600, dir_fd=folder)

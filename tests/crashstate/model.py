@@ -324,6 +324,14 @@ class Recording:
             mode = int(call.args[name_index + 1], 8) & 0o7777
             self._emit(Op("add", self.calls, ("dir", where[0]), where[0], where[1], number, "d", mode))
 
+    def _mknodat(self, call: Call) -> None:
+        """A FIFO (a manager's doorbell, `supervisor.bell`): an entry with no data, kept as an empty file."""
+        where = self._at(call, 0, 1)
+        if where is not None:
+            number, self.next_ino = self.next_ino, self.next_ino + 1
+            mode = int(call.args[2].rsplit("|", 1)[-1], 8) & 0o7777
+            self._emit(Op("add", self.calls, ("dir", where[0]), where[0], where[1], number, "f", mode))
+
     def _mkdir(self, call: Call) -> None:
         self._mkdirat(Call(call.pid, "mkdirat", ("AT_FDCWD", *call.args), call.result, None))
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CALLS = (
-    "openat,open,creat,write,pwrite64,fsync,fdatasync,sync,syncfs,rename,renameat,renameat2,mkdir,mkdirat,"
+    "openat,open,creat,write,pwrite64,fsync,fdatasync,sync,syncfs,rename,renameat,renameat2,mkdir,mkdirat,mknodat,"
     "unlink,unlinkat,rmdir,link,linkat,ftruncate,fallocate,close,dup,dup2,dup3,fcntl,lseek,clone,clone3,fork,vfork"
 )
 _LINE = re.compile(r"^(\d+) +(\w+)\((.*)\) += (-?\d+|\?)(<[^>]*>)?")

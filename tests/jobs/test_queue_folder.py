@@ -13,6 +13,7 @@ import pytest
 from jobs import Queue, QueueError
 
 STATE_FOLDERS = [
+    "bells",
     "claimed",
     "dead",
     "done",

@@ -190,25 +190,21 @@ def _waiting_at_bell(queue: Queue) -> set[int]:
     found = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            fds = os.listdir(f"/proc/{pid}/fdinfo")
-            for fd in fds:
-                info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-                if "tfd:" in info and _fd_inode(pid, info) == fifo_inode:
+            for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+                if fifo_inode in _epoll_targets(pid, Path(f"/proc/{pid}/fdinfo/{fd}").read_text()):
                     found.add(int(pid))
         except OSError:
             continue
     return found
 
 
-def _fd_inode(pid: str, info: str) -> int | None:
-    """The inode of the FIFO an epoll's `tfd:` lines watch, if one of them is a FIFO of this process."""
+def _epoll_targets(pid: str, info: str) -> set[int]:
+    """The inodes of what an epoll descriptor's `tfd:` lines watch (none if it is no epoll)."""
+    inodes = set()
     for line in info.splitlines():
         if line.startswith("tfd:"):
-            target = line.split()[1]
             try:
-                found = os.stat(f"/proc/{pid}/fd/{target}")
+                inodes.add(os.stat(f"/proc/{pid}/fd/{line.split()[1]}").st_ino)
             except OSError:
                 continue
-            if (found.st_mode & 0o170000) == 0o010000:
-                return found.st_ino
-    return None
+    return inodes
