@@ -33,6 +33,17 @@ def mount(kind: bytes, controller: bytes | None = None) -> str | None:
     return None
 
 
+def favors_moves(mountinfo: bytes) -> bool:
+    """Whether the cgroup v2 hierarchy in `mountinfo` (/proc/self/mountinfo's text) is mounted
+    with `favordynmods` (Linux 6.0+): then moving a process into a cgroup never waits for one of
+    the kernel's RCU grace periods, which takes up to ~10 ms (docs/DEPLOYING.md, "Latency")."""
+    for line in mountinfo.splitlines():
+        fields = line.partition(b" - ")[2].split()
+        if len(fields) >= 3 and fields[0] == b"cgroup2":
+            return b"favordynmods" in fields[2].split(b",")
+    return False
+
+
 def own(at: str, controller: bytes | None = None) -> str | None:
     """This process's cgroup, as a folder below the mount `at`: its v2 cgroup (no
     `controller`; the one above if this process sits in its `LEAF`), else its cgroup in

@@ -61,6 +61,17 @@ LEFTOVERS_TIMEOUT = 10.0  # how long the end of a dead owner's leftovers is wait
 # -- finding where runs may go ---------------------------------------------------------------
 
 
+def _moves_note() -> str:
+    """A word on what a move into a run's cgroup may cost here (a job's start waits for it)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as mounts:
+            if cgroupfs.favors_moves(mounts.read()):
+                return ""
+    except OSError:
+        return ""
+    return "; cgroup2 without favordynmods: a run's move into its cgroup may wait milliseconds (docs/DEPLOYING.md)"
+
+
 def cgroup2_mount() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (the unified one, on a hybrid host), or None."""
     return cgroupfs.mount(b"cgroup2")
@@ -168,7 +179,7 @@ class CgroupContainment(Containment):
             limits = f"memory limits by the kernel, below {self.memory.base}"
         else:
             limits = f"memory limits by watching the RSS: {self.why_no_memory}"
-        return f"cgroup (each run in its own, below {self.base}; {limits})"
+        return f"cgroup (each run in its own, below {self.base}; {limits}{_moves_note()})"
 
     def runs_folder(self, owner: str) -> str | None:
         return os.path.join(self.base, owner)

@@ -124,3 +124,16 @@ def _lend_other(own: Path) -> str:
     base = own / cgroupfs.FOLDER
     base.mkdir()
     return cgroupfs.lend(str(own), str(base), "memory")
+
+
+CGROUP2 = b"35 24 0:30 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,%s\n"
+PROC = b"22 1 0:21 / /proc rw,nosuid shared:12 - proc proc rw,favordynmods\n"  # (another file system's words)
+
+
+@pytest.mark.parametrize(
+    ("options", "favored"),
+    [(b"nsdelegate,memory_recursiveprot", False), (b"nsdelegate,favordynmods", True), (b"favordynmods", True)],
+)
+def test_a_cgroup2_mounted_with_favordynmods_is_told_from_one_without(options: bytes, favored: bool) -> None:
+    assert cgroupfs.favors_moves(PROC + CGROUP2 % options) is favored
+    assert cgroupfs.favors_moves(PROC) is False  # no cgroup2 at all
