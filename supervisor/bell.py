@@ -68,14 +68,17 @@ class Bell:
         return cls(lock, fifo)
 
     def try_to_lead(self) -> bool:
-        """Take the lead if no manager of this host holds it; whether this one leads now."""
+        """Take the lead if no manager of this host holds it; whether this one leads now.
+        Where the lock cannot be taken at all (a file system without locks), every manager
+        leads: each watches `ready/` itself, as without a bell."""
         if not self.leads:
             try:
                 fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self.leads = True
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
+                    log.warning("cannot lock the doorbell (%s): this manager watches ready/ itself", exc)
+                    self.leads = True
         return self.leads
 
     def ring(self, times: int) -> None:
