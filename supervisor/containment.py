@@ -32,6 +32,7 @@ What this module does not do: decide when (that is `children`, `outcomes`, the s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -225,10 +226,16 @@ class CgroupContainment(Containment):
             log.warning("cannot make the cgroup of run %s of job %s: %s; it runs without one", run, job_id, exc)
             return None
         found = CgroupRun(path)
-        found.kill()  # what an earlier claim of this run left (nothing, usually)
-        if self.memory is not None:
-            found.memory = self.memory.new_run(owner, job_id, run, memory_limit)
-        return found.opened()
+        try:
+            found.kill()  # what an earlier claim of this run left (nothing, usually)
+            if self.memory is not None:
+                found.memory = self.memory.new_run(owner, job_id, run, memory_limit)
+            return found.opened()
+        except OSError as exc:  # gone meanwhile: a sweeper ended this owner's runs while it stood still
+            log.warning("cannot use the cgroup of run %s of job %s: %s; it runs without one", run, job_id, exc)
+            with contextlib.suppress(OSError):
+                found.remove()
+            return None
 
 
 @dataclass

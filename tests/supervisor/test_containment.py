@@ -256,3 +256,14 @@ def test_whatever_a_process_puts_in_its_run_variable_the_reader_takes_only_a_mar
 def _exec_done(pid: int) -> bool:
     with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
         return cmdline.read().startswith(b"sleep")
+
+
+def test_a_run_cgroup_removed_before_it_was_opened_leaves_the_run_without_one(tmp_path: Path) -> None:
+    """A manager that stood still (SIGSTOP) between making a run's cgroup and opening its
+    `cgroup.procs` may find it removed by the sweeper that reaped it (found by the chaos run:
+    the manager died of the FileNotFoundError). Here the base is a plain folder, where the
+    run's folder is made but holds no `cgroup.procs`, as after that removal."""
+    (tmp_path / "owner").mkdir()
+    found = CgroupContainment(str(tmp_path)).new_run("owner", "20261127-193321-736914-842e191e", 2)
+    assert found is None
+    assert not (tmp_path / "owner" / "20261127-193321-736914-842e191e.2").exists()  # not left behind
