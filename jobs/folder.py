@@ -340,8 +340,8 @@ class QueueFolder:
         files.checkpoint("quarantine:moved")
         note = f"from: {where}/{name!r}\nwhen: {stamp} UTC\nwhy: {why}\n"
         note_file = f"{target.name}.why"  # informative: not worth an fsync per entry
-        data = note.encode("utf-8", "backslashreplace")
-        files.write_new(note_file, data, durable=False, mode=self.file_mode, dir_fd=target.dir.fd)
+        data = note.encode("utf-8", "backslashreplace")  # whole or not at all, whenever its writer dies:
+        files.link_new(note_file, data, durable=False, mode=self.file_mode, dir_fd=target.dir.fd)
         log.warning("quarantined %s/%r as %s: %s", where, name, target.name, why)
         return target
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jobs import Functions, JobsError, Owner, Planner, Queue, State, StatsFile
-from supervisor import containment, forking, liveness
+from supervisor import containment, forking, liveness, signals
 from supervisor.pacing import Backoff
 from supervisor.titles import Role, set_title
 
@@ -53,18 +53,22 @@ def run(
     recorded: dict[str, str] = {}
     stats = _counters(queue, owner)
     while True:
-        now = time.monotonic()
-        if now >= next_sweep:
-            next_sweep = now + interval
-            purge_now = now >= next_purge
-            done = sweep_once(queue, functions, tmp_age, retention if purge_now else None)
-            if done is not None and purge_now:
-                next_purge = now + every  # a failed sweep purges again at the next one
-            if owner is not None:
-                recorded = _record_skips(queue, owner, recorded)
-                if stats is not None and done and (done.get("reverted") or done.get("expired")):
-                    _count(stats, owner, done)
-        next_tick = fire_due(queue, planner)
+        # The manager's stop (SIGTERM) waits for the step at hand: stopped half-way, a step would
+        # leave what it was writing half-written (a quarantine note was found empty). After the
+        # manager's grace, SIGKILL still ends a sweeper anywhere, as a crash would.
+        with signals.blocked():
+            now = time.monotonic()
+            if now >= next_sweep:
+                next_sweep = now + interval
+                purge_now = now >= next_purge
+                done = sweep_once(queue, functions, tmp_age, retention if purge_now else None)
+                if done is not None and purge_now:
+                    next_purge = now + every  # a failed sweep purges again at the next one
+                if owner is not None:
+                    recorded = _record_skips(queue, owner, recorded)
+                    if stats is not None and done and (done.get("reverted") or done.get("expired")):
+                        _count(stats, owner, done)
+            next_tick = fire_due(queue, planner)
         wait = next_sweep - time.monotonic()
         if next_tick is not None:
             wait = min(wait, next_tick - time.time())
