@@ -29,7 +29,7 @@ _FLAGS = {name: getattr(os, name) for name in dir(os) if name.startswith("O_")}
 
 @dataclass
 class Inode:
-    kind: str  # "d" or "f"
+    kind: str  # "d", "f" or "p" (a FIFO: a manager's doorbell, whose bytes never reach the disk)
     mode: int
     uid: int = 0  # who owns it: the workloads' own processes run as root
     gid: int = 0
@@ -57,7 +57,7 @@ class Tree:
                 status = os.lstat(path)
                 if status.st_ino not in numbers:
                     numbers[status.st_ino] = number = max(tree.inodes) + 1
-                    kind = "d" if stat.S_ISDIR(status.st_mode) else "f"
+                    kind = "d" if stat.S_ISDIR(status.st_mode) else "p" if stat.S_ISFIFO(status.st_mode) else "f"
                     found = Inode(kind, stat.S_IMODE(status.st_mode), status.st_uid, status.st_gid, status.st_ino)
                     if kind == "f":
                         found.data = bytearray(Path(path).read_bytes()) if stat.S_ISREG(status.st_mode) else bytearray()
@@ -114,6 +114,9 @@ class Tree:
                         continue  # a loop no real file system has: not followed
                     target.mkdir()
                     stack.append((child, target, above | {child}))
+                elif inode.kind == "p":
+                    os.mkfifo(target)
+                    _own(target, inode, 0o600)
                 elif child in written:
                     os.link(written[child], target)
                 else:
@@ -259,6 +262,9 @@ class Recording:
             number, self.next_ino = self.next_ino, self.next_ino + 1
             mode = int(call.args[flags_index + 1], 8) if len(call.args) > flags_index + 1 else 0o600
             self._emit(Op("add", self.calls, ("dir", parent), parent, name, number, "f", mode & 0o777))
+        elif self.tree.inodes[number].kind == "p":
+            self._table(call.pid).pop(call.result, None)  # what goes through a FIFO is not the folder's
+            return
         elif flags & O_TRUNC and self.tree.inodes[number].kind == "f":
             self._emit(Op("truncate", self.calls, ("data", number), ino=number, size=0))
         self._table(call.pid)[call.result] = _Open(number, bool(flags & O_APPEND))
@@ -325,12 +331,12 @@ class Recording:
             self._emit(Op("add", self.calls, ("dir", where[0]), where[0], where[1], number, "d", mode))
 
     def _mknodat(self, call: Call) -> None:
-        """A FIFO (a manager's doorbell, `supervisor.bell`): an entry with no data, kept as an empty file."""
+        """A FIFO (a manager's doorbell, `supervisor.bell`): an entry whose bytes never reach the disk."""
         where = self._at(call, 0, 1)
         if where is not None:
             number, self.next_ino = self.next_ino, self.next_ino + 1
             mode = int(call.args[2].rsplit("|", 1)[-1], 8) & 0o7777
-            self._emit(Op("add", self.calls, ("dir", where[0]), where[0], where[1], number, "f", mode))
+            self._emit(Op("add", self.calls, ("dir", where[0]), where[0], where[1], number, "p", mode))
 
     def _mkdir(self, call: Call) -> None:
         self._mkdirat(Call(call.pid, "mkdirat", ("AT_FDCWD", *call.args), call.result, None))
