@@ -13,7 +13,9 @@ interval. Per host, since inotify and FIFOs are local to a kernel (on NFS, other
 jobs are found by the poll, as before).
 
 A ring is a hint, never a job: a manager answers with a rescan, and a lost or extra ring
-costs a poll interval of latency or a rescan, nothing else. Only the queue's owner can
+costs a poll interval of latency or a rescan, nothing else. So does a leader that rings for
+nothing it cannot see: one stopped (SIGSTOP) keeps the lock, and the others find new jobs at
+their polls until it goes on or dies. Only the queue's owner can
 write `bells/` (its managers run as the owner); a job that runs as the owner could ring
 or steal rings, which is no more than it could do to the queue (docs/SECURITY.md).
 """

@@ -89,6 +89,10 @@ class Children:
         """The children running jobs of the manager's `queue`-th queue."""
         return (running for running in self.running.values() if running.queue == queue)
 
+    def started_since(self, queue: int, since: float) -> int:
+        """How many of the `queue`-th queue's children started at or after `since` (monotonic)."""
+        return sum(1 for running in self.of(queue) if running.started >= since)
+
     def job_ids(self, queue: int) -> set[str]:
         return {running.claim.job_id for running in self.of(queue)}
 

@@ -99,7 +99,7 @@ class Manager:
         self.children = Children(options.concurrency, options.kill_grace, options.memory_poll)
         self.children.strays = self.containment.mode == "processes"  # orphans found by their mark
         self.children.others = self.served.sweeper_pids  # children that are not orphans: not looked at
-        self.wakeups = Wakeups(opened, options.poll_interval)
+        self.wakeups = Wakeups(opened, options.poll_interval, self.children.started_since)
         self.children.on_start, self.children.on_end = self.wakeups.follow_job, self.wakeups.forget_job
         self.budget = Budget(options.max_jobs, options.max_runtime)
         self.display = Display(self.served, options.concurrency)

@@ -69,8 +69,9 @@ _SIG_DFL = int(signal.SIG_DFL)
 
 @contextmanager
 def blocked() -> Iterator[set[int]]:
-    """Block the handled signals (around fork, so none lands half way); yield the
-    mask to restore, which a child must restore itself since it never leaves."""
+    """Block the handled signals (around fork, so none lands half way; in a sweeper, around
+    each step, so that its manager's stop lands between two); yield the mask to restore,
+    which a forked child must restore itself since it never leaves."""
     previous = _pthread_sigmask(signal.SIG_BLOCK, _HANDLED_NUMBERS)
     try:
         yield previous

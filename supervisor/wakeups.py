@@ -16,7 +16,7 @@ import logging
 import select
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jobs import CANCEL_FILE, DRAIN_FILE, FREEZE_FILE, PAUSE_FILE, Queue, State
@@ -27,6 +27,7 @@ from supervisor.signals import SignalPipe
 from supervisor.watch import IN_CREATE, IN_DELETE, IN_MOVED_TO, Watch, open_watch
 
 log = logging.getLogger(__name__)
+StartedSince = Callable[[int, float], int]  # (queue index, monotonic time) -> children of it started since
 MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
 
 
@@ -66,14 +67,15 @@ class QueueWatch:
     drain and pause files), on `ready/` where this manager leads its host's managers of the
     queue (else the doorbell, `supervisor.bell`), and the poll."""
 
-    def __init__(self, queue: Queue, poll_interval: float) -> None:
-        self.queue = queue
+    def __init__(self, queue: Queue, poll_interval: float, index: int = 0) -> None:
+        self.queue, self.index = queue, index  # (its place among the manager's queues)
         self.poll_interval = poll_interval
         self.next_poll = 0.0
         self.news = News()
         self.watch: Watch | None = None
         self.bell: Bell | None = None
         self.free = 0  # the jobs of this queue the manager could start now (it listens to the bell while some)
+        self.woken_at = 0.0  # when the last wait returned (monotonic): the turn's claims came after
         self._drain_at_start: tuple[int, int] | None = None
         self._jobs: dict[str, tuple[str, int]] = {}  # running job id -> its folder's path, its watch
         self._job_at: dict[str, str] = {}  # a running job's folder's path -> its id
@@ -111,9 +113,10 @@ class QueueWatch:
         if self.bell is not None and self.bell.answer(self.free):
             self.news.rung = True
 
-    def after_claims(self, free: int) -> None:
-        """At the end of a turn, with room for `free` more jobs of this queue: a leader rings
-        for the new jobs it could not take; one that answered the bell and still has room found
+    def after_claims(self, free: int, started_since: StartedSince) -> None:
+        """At the end of a turn, with room for `free` more jobs of this queue: a leader without
+        room rings for the new jobs it did not take this turn (`started_since`: the children of
+        a queue started since a time); one that answered the bell and still has room found
         nothing, so the rings left are stale (they would wake managers for nothing)."""
         bell, found = self.bell, self.news
         self.free = free
@@ -121,7 +124,7 @@ class QueueWatch:
             return
         if bell.leads:
             if found.ready and not free:
-                bell.ring(len(found.ready))
+                bell.ring(len(found.ready) - started_since(self.index, self.woken_at))
         elif found.rung and free:
             bell.clear()
 
@@ -218,8 +221,10 @@ class Wakeups:
     """The manager's wait: epoll over the signal pipe, each queue's watch and, while the
     manager has room for a job, each queue's doorbell (exclusive: a ring wakes one manager)."""
 
-    def __init__(self, queues: Sequence[Queue], poll_interval: float) -> None:
-        self.watches = [QueueWatch(queue, poll_interval) for queue in queues]
+    def __init__(self, queues: Sequence[Queue], poll_interval: float, started_since: StartedSince) -> None:
+        """`started_since(queue, time)`: how many children of the `queue`-th queue started since `time`."""
+        self.watches = [QueueWatch(queue, poll_interval, index) for index, queue in enumerate(queues)]
+        self._started_since = started_since
         self._signals: SignalPipe | None = None
         self._epoll: select.epoll | None = None
         self._watch_of: dict[int, QueueWatch] = {}  # an inotify descriptor -> its queue's watch
@@ -258,7 +263,7 @@ class Wakeups:
     def after_claims(self, free: Sequence[int]) -> None:
         """The end of a turn: each queue's room for more jobs (`QueueWatch.after_claims`)."""
         for watch, room in zip(self.watches, free, strict=True):
-            watch.after_claims(room)
+            watch.after_claims(room, self._started_since)
 
     @property
     def fds(self) -> list[int]:
@@ -279,6 +284,7 @@ class Wakeups:
         now = time.monotonic()
         for watch in self.watches:
             watch.news.reset()
+            watch.woken_at = now
         for fd, _ in events:
             if fd == self._signals.read_fd:  # (else skip the read: every turn counts, see PERFORMANCE.md)
                 found.signals = self._signals.drain()

@@ -54,6 +54,12 @@ def drain(procs: Processes, managers: list[subprocess.Popen[bytes]]) -> None:
         assert procs.wait_exit(manager, 30, "a manager draining") == 0
 
 
+def _wakeups_of(queue: Queue, pid: int) -> int:
+    """One manager's wake-ups (a manager whose counts never changed writes none: 0)."""
+    found = list((queue.path / "stats").glob(f"manager.*.{pid}.*.json"))
+    return sum(json.loads(path.read_text())["wakeups"] for path in found)
+
+
 def wakeups(queue: Queue) -> int:
     return sum(json.loads(path.read_text())["wakeups"] for path in (queue.path / "stats").glob("manager.*.json"))
 
@@ -83,6 +89,26 @@ def test_a_busy_leader_rings_and_an_idle_manager_takes_the_job_at_once(
     done(queue, job_id, 5, "the job run by the idle manager, woken by the ring (its poll is a minute away)")
     (tmp_path / "release").touch()
     drain(procs, [first, second])
+
+
+def test_a_leader_that_takes_the_new_job_into_its_last_slot_wakes_no_one(
+    procs: Processes, queue: Queue, tmp_path: Path
+) -> None:
+    """The leader rings only for the new jobs it did not take this turn: filling its last slot
+    with the new job is no reason to wake another manager (which would find nothing)."""
+    first = procs.run_manager(queue, *SLOW, "--concurrency", "2", name="leader")
+    wait_until(lambda: leader(queue) == first.pid, 10, "the first manager leads")
+    queue.enqueue("sample.wait_release", str(tmp_path / "busy"), str(tmp_path / "release"))
+    wait_until((tmp_path / "busy").exists, 10, "the leader running one job, one slot left")
+    second = procs.run_manager(queue, *SLOW, name="other")
+    registered(queue, 2)
+    wait_until(lambda: second.pid in _waiting_at_bell(queue), 10, "the other manager waits at the bell")
+    job_id = queue.enqueue("sample.ok", "into the last slot")
+    done(queue, job_id, 10, "the job, run by the leader")
+    (tmp_path / "release").touch()
+    drain(procs, [first, second])
+    assert _wakeups_of(queue, first.pid) == 2  # (its counts are written: one wake-up per job)
+    assert _wakeups_of(queue, second.pid) == 0
 
 
 def test_when_the_leader_dies_another_manager_leads_within_a_poll(procs: Processes, queue: Queue) -> None:
