@@ -7,9 +7,16 @@ otherwise. Each round times, one run after the other (no queue, no job code):
 
 - plain: fork a child that exits at once, and wait for it (what every run pays);
 - cgroup: the same, inside the manager's code path for a run's cgroup
-  (`CgroupContainment.new_run`: mkdir, an empty `cgroup.kill`, open `cgroup.procs`;
-  the child writes itself in before it exits; then read `cpu.stat`, as the record of
-  a run's cost does, and `remove`, which waits until the kernel has emptied it).
+  (`CgroupContainment.new_run`: mkdir, open `cgroup.procs`; the child writes itself in
+  before it exits; then read `cpu.stat`, as the record of a run's cost does, and
+  `remove`, which waits until the kernel has emptied it).
+
+Then a run's start, one run at a time with `--gap` ms between them (an idle manager fed
+one job at a time): the time from the fork's call to the child's first step inside its
+cgroup, for a child that moves itself in (`os.fork`, then `cgroup.procs`) and for one born
+there (clone3 with CLONE_INTO_CGROUP), both through `forking.start_child`, alternating.
+A move between cgroups may wait for an RCU grace period where cgroup2 is mounted without
+`favordynmods`; a child born in its cgroup moves nowhere.
 
 Then, whole: a real manager runs `--jobs` no-op jobs in burst mode (concurrency 2, plain
 queue), once with `containment="processes"` and once with `"cgroup"`, alternating.
@@ -22,6 +29,7 @@ these machines are shared. docs/PERFORMANCE.md ("A cgroup per run") has the figu
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -29,7 +37,7 @@ from pathlib import Path
 from benchmarks import common
 from benchmarks.tasks import noop, registry
 from jobs import Call, Queue
-from supervisor import Manager, containment
+from supervisor import Manager, containment, forking
 from supervisor.containment import CgroupContainment, CgroupRun
 
 OWNER = f"bench.{os.getpid()}.000000"
@@ -76,6 +84,36 @@ def managed(mode: str, jobs: int, root: Path) -> float:
     return taken
 
 
+def start_times(runs: int, place: CgroupContainment, gap: float) -> dict[str, list[float]]:
+    """Milliseconds from the fork's call to the child's first step in its new cgroup, run by
+    run, `gap` seconds apart, alternating a child that moves in and one born there."""
+    found: dict[str, list[float]] = {"moved": [], "born": []}
+    for number in range(runs):
+        born = number % 2 == 1
+        box = place.new_run(OWNER, "start", number)
+        assert box is not None, "the cgroup could not be made"
+        read_end, write_end = os.pipe()
+        folder, procs = box.fork_into()[0]
+        began = time.perf_counter()  # (the same code either way: a child without a folder moves in)
+        cgroup = (folder, procs) if born else (-1, procs)
+        pid = forking.start_child(functools.partial(_stamp, write_end), [read_end], cgroup=cgroup)
+        box.started()
+        os.close(write_end)
+        stamped = float(os.read(read_end, 64))
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        while not box.remove():
+            time.sleep(0.0001)
+        found["born" if born else "moved"].append((stamped - began) * 1000)
+        time.sleep(gap)
+    return found
+
+
+def _stamp(fd: int) -> int:
+    os.write(fd, repr(time.perf_counter()).encode())
+    return 0
+
+
 def _read_cpu(box: CgroupRun) -> bytes:
     with open(os.path.join(box.path, "cpu.stat"), "rb") as stat:
         return stat.read()
@@ -86,6 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=1000, help="no-op jobs per manager run")
+    parser.add_argument("--starts", type=int, default=200, help="runs whose start is timed, one at a time")
+    parser.add_argument("--gap", type=float, default=20.0, help="ms between two timed starts")
     common.add_common_options(parser)
     args = parser.parse_args(argv)
     place = containment.detect()
@@ -112,6 +152,20 @@ def main(argv: list[str] | None = None) -> None:
             ["cgroup", common.spread_text(rates["cgroup"]), common.spread_text(ratios, 2), common.spread_text(added)],
         ],
     )
+    forks_into = place.forks_into and forking.CAN_VFORK and len(os.listdir("/proc/self/task")) == 1
+    if forks_into:
+        place.open_owner(OWNER)
+        try:
+            starts = start_times(args.starts, place, args.gap / 1000)
+        finally:
+            place.close_owner(OWNER)
+        common.print_table(
+            f"A run's start, fork call to child in its cgroup; {args.starts} runs {args.gap:g} ms apart, alternating",
+            ["child", "p50 ms", "p99 ms", "max ms"],
+            [[way, *(f"{value:.2f}" for value in _p50_p99_max(found))] for way, found in starts.items()],
+        )
+    else:
+        print("\nno child is born in its cgroup here (clone3 or the C module missing): starts not measured")
     root = common.choose_root(args.dir)
     modes = ("processes", "cgroup")
     managers: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -129,6 +183,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"\ncgroups below {place.base}; memory cgroups: {place.memory.base if place.memory else place.why_no_memory}")
     print(f"queues on {common.describe_filesystem(root)}")
+
+
+def _p50_p99_max(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], ordered[-1]
 
 
 if __name__ == "__main__":

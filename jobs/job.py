@@ -310,19 +310,20 @@ class JobSpec:
 
 def spec_json(document: dict[str, Any]) -> bytes:
     """`job.json`'s bytes: exactly `json.dumps(document, indent=1, allow_nan=False)` and a newline,
-    for a document with string keys (every caller's; any other key raises TypeError).
+    for any dict.
 
     The standard library encodes with `indent` in pure Python (a fifth of an enqueue's
-    CPU); the top-level fields are mostly strings, numbers, null and empty containers,
-    which are formatted here directly. Anything else goes to `json.dumps` and is indented
-    one level further (JSON text holds no raw newline inside a string, so this is exact).
+    CPU); the fields are mostly strings, numbers, null, empty lists and objects of those (an
+    outcome's cost, its error), which are formatted here directly, object by object. Anything
+    else goes to `json.dumps` and is indented to its depth (JSON text holds no raw newline
+    inside a string, so this is exact).
     Raises TypeError or ValueError as `json.dumps` does.
     """
-    fields = [f" {_quoted(key)}: {_value_text(value)}" for key, value in document.items()]
-    return ("{\n" + ",\n".join(fields) + "\n}\n").encode() if fields else b"{}\n"
+    return (_value_text(document, "") + "\n").encode()
 
 
-def _value_text(value: Any) -> str:
+def _value_text(value: Any, pad: str = " ") -> str:
+    """`value` as `json.dumps(value, indent=1)` writes it on a line indented by `pad`."""
     kind = type(value)
     if kind is str:
         return _quoted(value)
@@ -334,9 +335,13 @@ def _value_text(value: Any) -> str:
         return float.__repr__(value)
     if kind is list and not value:
         return "[]"
-    if kind is dict and not value:
-        return "{}"
-    return json.dumps(value, indent=1, allow_nan=False).replace("\n", "\n ")
+    if kind is dict and all(type(key) is str for key in value):  # (a record's nested fields: its cost, its error)
+        if not value:
+            return "{}"
+        inner = pad + " "
+        fields = ",\n".join(f"{inner}{_quoted(key)}: {_value_text(item, inner)}" for key, item in value.items())
+        return "{\n" + fields + "\n" + pad + "}"
+    return json.dumps(value, indent=1, allow_nan=False).replace("\n", "\n" + pad)
 
 
 _quoted = encode_basestring_ascii  # what json.dumps uses for strings (ensure_ascii)

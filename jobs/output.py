@@ -101,6 +101,11 @@ def compact(run: int, limit: int) -> dict[str, int]:
     saying what was dropped, and its tail. The bytes dropped, by file (those past it)."""
     dropped = {}
     for name in OUTPUT_FILES:
+        try:
+            if os.stat(name, dir_fd=run, follow_symlinks=False).st_size <= limit:
+                continue  # the usual case, told without opening it (what is opened is checked below)
+        except OSError:
+            continue  # none there
         fd = _open(run, name, os.O_RDONLY)
         if fd is None:
             continue

@@ -20,9 +20,14 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <linux/futex.h>
+#include <linux/sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 enum { STAGE_RUNS, STAGE_SETUP, STAGE_ORPHANED, STAGE_CWD, STAGE_EXEC };
@@ -164,8 +169,81 @@ static PyObject *spawn(PyObject *module, PyObject *args) {
     return result;
 }
 
+/* -- fork_into: os.fork, with the child born in a cgroup ------------------------------------
+ *
+ * A child forked by os.fork starts in the manager's cgroup, and moving it into its run's
+ * is a cgroup migration: without cgroup2's favordynmods, each waits for an RCU grace
+ * period (milliseconds, before the job's code may run). clone3 with CLONE_INTO_CGROUP
+ * makes the child in its cgroup at once. glibc has no wrapper that forks (only spawns),
+ * so this is os.fork's own code with the system call in glibc's fork() place, done as
+ * glibc's fork does it: the child's thread id written into glibc's thread descriptor
+ * (CLONE_CHILD_SETTID, at the address glibc's fork gives), its robust-futex list
+ * registered again. What glibc's fork does besides (its atfork handlers, resetting its
+ * locks) matters only where other threads may hold those locks: used only in a process of
+ * one thread, and only where the descriptor's layout is the one checked below; else
+ * OSError(ENOTSUP), and the caller forks with os.fork. */
+
+/* The address of glibc's copy of this thread's id: in its thread descriptor, 16 bytes
+ * before the robust list head it registered with the kernel (tid, an unused pid, the
+ * list's prev pointer, then the head), checked to hold our id. NULL if it does not. */
+static pid_t *thread_id_slot(struct robust_list_head **head, size_t *size) {
+    if (syscall(SYS_get_robust_list, 0, head, size) != 0 || *head == NULL || *size != sizeof(**head))
+        return NULL;
+    pid_t *slot = (pid_t *)((char *)*head - 2 * sizeof(pid_t) - sizeof(void *));
+    return *slot == (pid_t)syscall(SYS_gettid) ? slot : NULL;
+}
+
+static int one_thread(void) {
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == NULL)
+        return 0;
+    int count = 0;
+    struct dirent *entry;
+    while ((entry = readdir(tasks)) != NULL)
+        count += entry->d_name[0] != '.';
+    closedir(tasks);
+    return count == 1;
+}
+
+static PyObject *fork_into(PyObject *module, PyObject *args) {
+    (void)module;
+    int cgroup;
+    if (!PyArg_ParseTuple(args, "i", &cgroup))
+        return NULL;
+    struct robust_list_head *head;
+    size_t size;
+    pid_t *tid = thread_id_slot(&head, &size);
+    if (tid == NULL || !one_thread()) {
+        errno = ENOTSUP;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (PySys_Audit("os.fork", NULL) < 0)
+        return NULL;
+    struct clone_args clone = {
+        .flags = CLONE_INTO_CGROUP | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID,
+        .child_tid = (uint64_t)(uintptr_t)tid,
+        .exit_signal = SIGCHLD,
+        .cgroup = (uint64_t)cgroup,
+    };
+    PyOS_BeforeFork();
+    pid_t pid = (pid_t)syscall(SYS_clone3, &clone, sizeof clone);
+    int error = errno;
+    if (pid == 0) {
+        syscall(SYS_set_robust_list, head, size); /* the kernel gives a new process none */
+        PyOS_AfterFork_Child();
+    } else {
+        PyOS_AfterFork_Parent();
+    }
+    if (pid < 0) {
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong((long)pid);
+}
+
 static PyMethodDef methods[] = {
     {"spawn", spawn, METH_VARARGS, "vfork, set up and exec a command job's program; (pid, stage, errno)"},
+    {"fork_into", fork_into, METH_VARARGS, "os.fork, the child born in the cgroup whose folder is open as the argument"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -139,14 +139,16 @@ class Children:
         what those had started comes to us as they die, and goes at the next check."""
         box = running.box
         if box is not None:
-            box.sample()
             box.seen.add(running.pid)  # (reaped already: no longer in the cgroup)
             running.cost = box.cost()  # before it goes: the kernel's count of every process it held
             if running.cost["oom_kills"] and running.stopped is None:
                 running.stopped = Stop.MEMORY  # the kernel killed at its limit: that is why it ended
-            box.kill()
-            if not box.remove():
-                self._emptying.append(box)  # removed once the kernel has killed them (`enforce`)
+            if not box.remove():  # the kernel refuses while a process of the run is left in it
+                box.sample()
+                running.cost["processes_seen"] = len(box.seen)
+                box.kill()
+                if not box.remove():
+                    self._emptying.append(box)  # removed once the kernel has killed them (`enforce`)
         elif running.stopped is not None:  # we stopped it: its leftovers go, even if they ignore SIGTERM
             forking.signal_tree(running.pid, signal.SIGKILL, running.descendants)
         else:

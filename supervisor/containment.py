@@ -7,8 +7,9 @@ Two ways, chosen when a manager starts (`detect`), said in its log and by `statu
 - **cgroup**: where this process may make cgroups below its own (cgroup v2: a service
   with systemd's `Delegate=yes`, a container or an allocation that gives a writable
   subtree, or root), each run gets one, `<own cgroup>/forkvisor/<owner>/<job>.<run>`.
-  The job's child enters it before any of the job's code runs, and every process it
-  starts stays in it (leaving needs write access to a cgroup above, which a job run as
+  The job's child is born in it (`forking.start_child`: clone3, where the host allows
+  it) or enters it before any of the job's code runs, and every process it starts stays
+  in it (leaving needs write access to a cgroup above, which a job run as
   its submitter has not). The manager kills a run with `cgroup.kill` (the kernel, all at
   once, pids never involved), sends other signals to the members `cgroup.procs` lists
   (each through a pidfd checked to be still in the run), freezes it with `cgroup.freeze`,
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs import host_part, is_owner_name
-from supervisor import cgroupfs, run_memory
+from supervisor import cgroupfs, forking, run_memory
 from supervisor.cgroupfs import FOLDER
 from supervisor.errors import Unavailable
 
@@ -63,14 +64,14 @@ LEFTOVERS_TIMEOUT = 10.0  # how long the end of a dead owner's leftovers is wait
 
 
 def _moves_note() -> str:
-    """A word on what a move into a run's cgroup may cost here (a job's start waits for it)."""
+    """A word on what a move between cgroups may cost here (a job's start waits for it)."""
     try:
         with open("/proc/self/mountinfo", "rb") as mounts:
             if cgroupfs.favors_moves(mounts.read()):
                 return ""
     except OSError:
         return ""
-    return "; cgroup2 without favordynmods: a run's move into its cgroup may wait milliseconds (docs/DEPLOYING.md)"
+    return "; cgroup2 without favordynmods: a run's move into a cgroup may wait milliseconds (docs/DEPLOYING.md)"
 
 
 def cgroup2_mount() -> str | None:
@@ -174,13 +175,21 @@ class CgroupContainment(Containment):
         self.base = base
         self.memory = memory
         self.why_no_memory = why_no_memory
+        self.forks_into: bool | None = None  # whether a run's first process is born in its cgroup (`open_owner`)
 
     def describe(self) -> str:
         if self.memory is not None:
             limits = f"memory limits by the kernel, below {self.memory.base}"
         else:
             limits = f"memory limits by watching the RSS: {self.why_no_memory}"
-        return f"cgroup (each run in its own, below {self.base}; {limits}{_moves_note()})"
+        born = "its first process born in it" if self.forks_into else "its first process moved in"
+        return f"cgroup (each run in its own, below {self.base}, {born}; {limits}{self._moves_note()})"
+
+    def _moves_note(self) -> str:
+        """A word on the moves a run's start may wait for (none where its first process is
+        born in its cgroup, unless it still enters a v1 memory cgroup)."""
+        v1_memory = self.memory is not None and not self.memory.files.own_cgroup
+        return _moves_note() if v1_memory or not self.forks_into else ""
 
     def runs_folder(self, owner: str) -> str | None:
         return os.path.join(self.base, owner)
@@ -192,6 +201,8 @@ class CgroupContainment(Containment):
             pass
         if self.memory is not None:
             self.memory.open_owner(owner)
+        if self.forks_into is None:
+            self.forks_into = _probe_fork_into(os.path.join(self.base, owner, "probe"))
 
     def close_owner(self, owner: str) -> None:
         try:
@@ -218,21 +229,24 @@ class CgroupContainment(Containment):
 
     def new_run(self, owner: str, job_id: str, run: int, memory_limit: int | None = None) -> CgroupRun | None:
         path = os.path.join(self.base, owner, f"{job_id}.{run}")
+        made = True
         try:
             os.mkdir(path)
         except FileExistsError:
-            pass  # left by a run of the same number (a claim that went back): emptied below
+            made = False  # left by a run of the same number (a claim that went back): emptied below
         except OSError as exc:
             log.warning("cannot make the cgroup of run %s of job %s: %s; it runs without one", run, job_id, exc)
             return None
         found = CgroupRun(path)
         try:
-            found.kill()  # what an earlier claim of this run left (nothing, usually)
+            if not made:
+                found.kill()  # what the earlier claim of this run left (its child is then moved in: `forks_into`)
             if self.memory is not None:
                 found.memory = self.memory.new_run(owner, job_id, run, memory_limit)
-            return found.opened()
+            return found.opened(born_inside=made and bool(self.forks_into))
         except OSError as exc:  # gone meanwhile: a sweeper ended this owner's runs while it stood still
             log.warning("cannot use the cgroup of run %s of job %s: %s; it runs without one", run, job_id, exc)
+            found.started()  # (its descriptors opened so far)
             with contextlib.suppress(OSError):
                 found.remove()
             return None
@@ -247,8 +261,13 @@ class CgroupRun:
     procs: int = -1
     memory: run_memory.RunMemory | None = None  # its memory cgroup, where a memory controller is ours
     seen: set[int] = field(default_factory=set)  # pids seen in it (`sample`)
+    cgroup_fd: int = -1  # the cgroup's folder, open until the child started: a fork may start it there
 
-    def opened(self) -> CgroupRun:
+    def opened(self, born_inside: bool = False) -> CgroupRun:
+        """Open what the run's first process needs to enter it (`born_inside`: its folder too,
+        to be forked into it; never one that was killed, see `forking.forks_into`)."""
+        if born_inside:
+            self.cgroup_fd = os.open(self.path, _O_DIR)
         self.procs = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
         return self
 
@@ -257,11 +276,18 @@ class CgroupRun:
         memory cgroup's, or -1), before any of the job's code."""
         return self.procs, -1 if self.memory is None else self.memory.procs
 
+    def fork_into(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """For a forked first process: its cgroup (folder, or -1, and `cgroup.procs`:
+        `forking.start_child` starts it there), and the `cgroup.procs` it still writes itself
+        into (its memory cgroup's, or -1)."""
+        return (self.cgroup_fd, self.procs), (-1, -1 if self.memory is None else self.memory.procs)
+
     def started(self) -> None:
         """In the manager, once the child started: it has its own copy of the descriptors."""
-        if self.procs >= 0:
-            os.close(self.procs)
-            self.procs = -1
+        for fd in (self.procs, self.cgroup_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.procs = self.cgroup_fd = -1
         if self.memory is not None:
             self.memory.started()
 
@@ -287,11 +313,8 @@ class CgroupRun:
         return found
 
     def pids(self) -> list[int]:
-        try:
-            with open(os.path.join(self.path, "cgroup.procs"), "rb") as procs:
-                return [int(line) for line in procs if line.strip()]
-        except OSError:
-            return []
+        listed = cgroupfs.read(os.path.join(self.path, "cgroup.procs"), most=1 << 24) or b""
+        return [int(line) for line in listed.split()]
 
     def signal(self, signum: signal.Signals) -> None:
         """Send `signum` to every process of the run: SIGKILL through `cgroup.kill`, the rest
@@ -329,6 +352,22 @@ class CgroupRun:
         """The run's cgroup as /proc/PID/cgroup names it (the path below the mount)."""
         mount = cgroup2_mount() or ""
         return "/" + os.path.relpath(self.path, mount)
+
+
+def _probe_fork_into(path: str) -> bool:
+    """Whether runs here may be born in their cgroup (`forking.forks_into`), tried in a new
+    cgroup at `path`, removed after."""
+    try:
+        os.mkdir(path)  # (in the owner's new folder: never one killed before)
+    except OSError:
+        return False
+    try:
+        return forking.forks_into(path)
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def _signal_member(pid: int, signum: signal.Signals, cgroup: str) -> None:

@@ -10,6 +10,7 @@ unblocks them.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -25,6 +26,7 @@ from supervisor import signals
 
 Cgroups = tuple[int, int]  # the `cgroup.procs` a child writes itself into: its run's, its memory's (-1: none)
 NO_CGROUPS: Cgroups = (-1, -1)
+Cgroup = tuple[int, int]  # a run's cgroup v2, open: its folder (to fork into) and its `cgroup.procs`
 
 try:
     from supervisor import _vfork
@@ -101,16 +103,20 @@ def pass_gate(fd: int) -> bool:
         _close_quietly(fd)
 
 
-def start_child(body: Callable[[], int], close_fds: Iterable[int] = (), gate: Gate | None = None) -> int:
+def start_child(
+    body: Callable[[], int], close_fds: Iterable[int] = (), gate: Gate | None = None, cgroup: Cgroup | None = None
+) -> int:
     """Fork a child that runs `body` and exits with its return value; return its pid. With a
-    `gate`, `body` waits at it (`pass_gate`), and the parent's read end is closed here."""
+    `gate`, `body` waits at it (`pass_gate`), and the parent's read end is closed here. With a
+    `cgroup` (its folder and its `cgroup.procs`, open), the child is in it before `body` runs:
+    born there where the host allows (`_fork`), else it moves itself in."""
     _flush_output()  # or the child would write the parent's buffered output again
     parent = os.getpid()
-    fds = (*close_fds, gate.manager_end) if gate is not None else tuple(close_fds)
+    fds = (*close_fds, *([] if gate is None else [gate.manager_end]), *(cgroup or ()))  # (the cgroup's: once in)
     with signals.blocked() as mask:
-        pid = os.fork()
+        pid, move_into = _fork(cgroup)
         if pid == 0:
-            _run_child(body, parent, fds, mask)
+            _run_child(body, parent, fds, mask, move_into)
     if gate is not None:
         gate.forked()
     # The new child waits in this CPU's run queue while the manager goes on, or for another
@@ -189,9 +195,65 @@ def _say_why(stage: int, error: int, name: str, cwd: str | None, stderr: int) ->
         pass  # a full disk: the exit status (70, 126, 127) still tells
 
 
-def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int]) -> None:
+# Whether this host may start a child in a cgroup (clone3's CLONE_INTO_CGROUP, Linux 5.7):
+# False once it said it cannot, and for good.
+_forks_into = CAN_VFORK and hasattr(_vfork, "fork_into")  # (a C module built before it had it: no)
+_NOT_HERE = (errno.ENOSYS, errno.EINVAL, errno.E2BIG, errno.EPERM, errno.EACCES)
+
+
+def _fork(cgroup: Cgroup | None) -> tuple[int, int]:
+    """Fork, the child in `cgroup` where the host allows it: (pid, and in the child the
+    `cgroup.procs` it must still write itself into, or -1). A child forked into its cgroup
+    waits for no cgroup migration: one waits an RCU grace period where cgroup2 is not
+    mounted with `favordynmods` (milliseconds before the job's code may run)."""
+    global _forks_into
+    if cgroup is None:
+        return os.fork(), -1
+    folder, procs = cgroup
+    if _forks_into and folder >= 0:
+        try:
+            return _vfork.fork_into(folder), -1
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+                raise  # the host cannot make a process now: as os.fork would say
+            if exc.errno in _NOT_HERE:
+                _forks_into = False
+            # ENOTSUP: this process has other threads now (or another C library): os.fork
+    return os.fork(), procs
+
+
+def forks_into(path: str) -> bool:
+    """Whether a child forked into the (new, empty) cgroup at `path` lives here: clone3 can do
+    it, and the kernel does not kill it at birth. (Linux 6.18 SIGKILLs a child born in a
+    cgroup whose `cgroup.kill` count differs from its parent's cgroup's: one that was ever
+    killed, or any where the manager's own cgroup was. The manager then moves each child
+    in, as without clone3.) One short child, at a manager's start; False also if this
+    process has other threads then (it cannot tell)."""
+    global _forks_into
+    if not _forks_into:
+        return False
+    folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with signals.blocked():
+            pid = _vfork.fork_into(folder)
+            if pid == 0:
+                os._exit(0)
+    except OSError as exc:
+        if exc.errno in _NOT_HERE:
+            _forks_into = False
+        return False
+    finally:
+        os.close(folder)
+    _, status = os.waitpid(pid, 0)
+    _forks_into = status == 0
+    return _forks_into
+
+
+def _run_child(body: Callable[[], int], parent: int, fds: tuple[int, ...], mask: set[int], move_into: int) -> None:
     code = EXIT_CHILD_ERROR
     try:
+        if move_into >= 0:  # into the run's cgroup before anything of the job runs
+            os.write(move_into, b"0")
         os.setpgrp()
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the manager died before PDEATHSIG was armed

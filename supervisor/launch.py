@@ -114,6 +114,7 @@ class Launcher:
         (or CannotRunAs) if the job cannot run here at all."""
         queue, identity = self.queue, self._identity(claim)
         cgroups = NO_CGROUPS if box is None else box.entries()
+        cgroup, cgroups_left = (None, NO_CGROUPS) if box is None else box.fork_into()
         if claim.spec.function == COMMAND:
             command = self._command(claim)
             spawner = self.spawner
@@ -133,10 +134,10 @@ class Launcher:
         wait = -1 if gate is None else gate.child_end
         body: Callable[[], int]
         if claim.spec.function == COMMAND:
-            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroups, wait)  # noqa: E731
+            body = lambda: run_command(claim, command, queue.file_mode, identity, cgroups_left, wait)  # noqa: E731
         else:
-            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroups, wait)  # noqa: E731
-        return lambda: forking.start_child(body, close_fds, gate), gate
+            body = lambda: run_attempt(claim, registered, queue.durable, queue.file_mode, identity, cgroups_left, wait)  # noqa: E731
+        return lambda: forking.start_child(body, close_fds, gate, cgroup), gate
 
     def _counted(self, claim: Claim) -> None:
         """Commit the staged count of a claim whose child cannot wait at a gate (OSError if not)."""
