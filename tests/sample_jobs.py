@@ -128,6 +128,20 @@ def hygiene() -> dict[str, Any]:
     }
 
 
+@registry.job(name="sample.own_cgroup")
+def own_cgroup() -> dict[str, Any]:
+    """The job's cgroup v2, as /proc names it, and what its descriptors point to."""
+    with open("/proc/self/cgroup") as groups:
+        v2 = next(line[3:].rstrip("\n") for line in groups if line.startswith("0::"))
+    fds = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds[name] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+    return {"cgroup": v2, "fds": fds}
+
+
 @registry.job(name="sample.exit_with")
 def exit_with(how: str) -> NoReturn:
     """Leave through sys.exit(0), sys.exit(5) or KeyboardInterrupt."""

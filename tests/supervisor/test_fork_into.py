@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs import Queue
 from supervisor import containment, forking
 from supervisor.containment import CgroupContainment
+from tests.processes import Processes
 
 try:
     from supervisor._vfork import fork_into
@@ -180,3 +182,20 @@ def test_a_run_cgroup_left_by_an_earlier_claim_is_moved_into_never_forked_into(f
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(FOUND.base, owner))
+
+
+def test_a_manager_s_jobs_are_born_in_their_run_s_cgroup_and_keep_nothing_of_it(procs: Processes, queue: Queue) -> None:
+    """The whole path, as users run it (`forkvisor run`: a process of one thread): the
+    manager says its runs are born in their cgroup, each job finds itself in its run's
+    cgroup, and holds no descriptor of any cgroup (its folder and `cgroup.procs` stay the
+    manager's)."""
+    job_ids = [queue.enqueue("sample.own_cgroup") for _ in range(3)]
+    manager = procs.run_manager(queue, "--containment", "cgroup", "--burst", "--concurrency", "2")
+    assert procs.wait_exit(manager, 30, "the burst manager") == 0, procs.log(manager)
+    assert "its first process born in it" in procs.log(manager)
+    for job_id in job_ids:
+        report = queue.job(job_id).result
+        assert report is not None
+        assert report["cgroup"].endswith(f"/{job_id}.1"), report["cgroup"]
+        held = [target for target in report["fds"].values() if target.startswith(("/sys/fs/cgroup", "cgroup"))]
+        assert held == [], f"the job holds the manager's cgroup descriptors: {report['fds']}"
