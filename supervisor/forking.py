@@ -1,5 +1,5 @@
-"""Forking, spawning, reaping and killing: the only module that calls `os.fork`,
-`os.posix_spawn`, vfork (`supervisor._vfork`), `os._exit`, `os.wait4` and `os.killpg`.
+"""Forking, spawning, reaping and killing: the only module that calls `os.fork`, clone3
+and vfork (`supervisor._vfork`), `os.posix_spawn`, `os._exit`, `os.wait4` and `os.killpg`.
 
 A child never returns into the manager's code: its body runs inside
 `try/finally: os._exit(code)`. Signals are blocked around `fork` so that no
