@@ -109,12 +109,7 @@ def bad_return() -> object:
 @registry.job(name="sample.hygiene")
 def hygiene() -> dict[str, Any]:
     """Report what the child inherited: descriptors, signal mask and handlers, random state."""
-    fds = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            fds[name] = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue  # the descriptor listdir itself used
+    fds = _descriptors()
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD, signal.SIGHUP)
     wakeup_fd = signal.set_wakeup_fd(-1)
     return {
@@ -133,13 +128,18 @@ def own_cgroup() -> dict[str, Any]:
     """The job's cgroup v2, as /proc names it, and what its descriptors point to."""
     with open("/proc/self/cgroup") as groups:
         v2 = next(line[3:].rstrip("\n") for line in groups if line.startswith("0::"))
+    return {"cgroup": v2, "fds": _descriptors()}
+
+
+def _descriptors() -> dict[str, str]:
+    """What each of this process's descriptors points to, as /proc shows it."""
     fds = {}
     for name in os.listdir("/proc/self/fd"):
         try:
             fds[name] = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue  # the descriptor listdir itself used
-    return {"cgroup": v2, "fds": fds}
+    return fds
 
 
 @registry.job(name="sample.exit_with")
