@@ -152,8 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             ["cgroup", common.spread_text(rates["cgroup"]), common.spread_text(ratios, 2), common.spread_text(added)],
         ],
     )
-    forks_into = place.forks_into and forking.CAN_VFORK and len(os.listdir("/proc/self/task")) == 1
-    if forks_into:
+    if place.forks_into:  # (probed when the owner above was opened)
         place.open_owner(OWNER)
         try:
             starts = start_times(args.starts, place, args.gap / 1000)
@@ -162,7 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         common.print_table(
             f"A run's start, fork call to child in its cgroup; {args.starts} runs {args.gap:g} ms apart, alternating",
             ["child", "p50 ms", "p99 ms", "max ms"],
-            [[way, *(f"{value:.2f}" for value in _p50_p99_max(found))] for way, found in starts.items()],
+            [
+                [way, *(f"{common.percentile(found, share):.2f}" for share in (0.5, 0.99, 1.0))]
+                for way, found in starts.items()
+            ],
         )
     else:
         print("\nno child is born in its cgroup here (clone3 or the C module missing): starts not measured")
@@ -183,11 +185,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"\ncgroups below {place.base}; memory cgroups: {place.memory.base if place.memory else place.why_no_memory}")
     print(f"queues on {common.describe_filesystem(root)}")
-
-
-def _p50_p99_max(values: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], ordered[-1]
 
 
 if __name__ == "__main__":
