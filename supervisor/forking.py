@@ -26,7 +26,7 @@ from supervisor import signals
 
 Cgroups = tuple[int, int]  # the `cgroup.procs` a child writes itself into: its run's, its memory's (-1: none)
 NO_CGROUPS: Cgroups = (-1, -1)
-Cgroup = tuple[int, int]  # a run's cgroup v2, open: its folder (to fork into) and its `cgroup.procs`
+BirthCgroup = tuple[int, int]  # where a child starts: its run's cgroup v2 folder (or -1) and `cgroup.procs`
 
 try:
     from supervisor import _vfork
@@ -104,7 +104,7 @@ def pass_gate(fd: int) -> bool:
 
 
 def start_child(
-    body: Callable[[], int], close_fds: Iterable[int] = (), gate: Gate | None = None, cgroup: Cgroup | None = None
+    body: Callable[[], int], close_fds: Iterable[int] = (), gate: Gate | None = None, cgroup: BirthCgroup | None = None
 ) -> int:
     """Fork a child that runs `body` and exits with its return value; return its pid. With a
     `gate`, `body` waits at it (`pass_gate`), and the parent's read end is closed here. With a
@@ -201,7 +201,7 @@ _forks_into = CAN_VFORK and hasattr(_vfork, "fork_into")  # (a C module built be
 _NOT_HERE = (errno.ENOSYS, errno.EINVAL, errno.E2BIG, errno.EPERM, errno.EACCES)
 
 
-def _fork(cgroup: Cgroup | None) -> tuple[int, int]:
+def _fork(cgroup: BirthCgroup | None) -> tuple[int, int]:
     """Fork, the child in `cgroup` where the host allows it: (pid, and in the child the
     `cgroup.procs` it must still write itself into, or -1). A child forked into its cgroup
     waits for no cgroup migration: one waits an RCU grace period where cgroup2 is not
