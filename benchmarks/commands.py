@@ -10,7 +10,8 @@ rounds), this process runs:
 - the recording queue for commands (`references.CommandRecordingQueue`): every record
   forkvisor keeps of a command job, its children vforked by the same C module, with the
   barriers of issue 30's decisions, as straight-line code; its ratio to xargs is the most
-  any code that keeps those records can reach,
+  any code that keeps those records can reach; where forkvisor gives each run a cgroup
+  here, also the contained recording queue, which does too (`references.RunCgroups`),
 - forkvisor, plain and durable, with its command jobs started each way this host
   allows (supervisor/spawner.py): vforked by its C module (the default where it was
   built), spawned through `setpriv` and `sh` (without the module), and forked (for
@@ -69,8 +70,10 @@ def run_forkvisor(folder: Path, jobs: int, cap: int, durable: bool, how: str) ->
     return run
 
 
-def run_recording(folder: Path, jobs: int, cap: int, durable: bool) -> common.Timed:
-    queue = references.CommandRecordingQueue(folder)
+def run_recording(
+    folder: Path, jobs: int, cap: int, durable: bool, cgroups: references.RunCgroups | None = None
+) -> common.Timed:
+    queue = references.CommandRecordingQueue(folder, cgroups)
     queue.fill(jobs)
     common.sync_filesystem(folder)
     run = common.timed(lambda: queue.run(cap, durable))
@@ -102,15 +105,17 @@ def _form(durable: bool, how: str) -> str:
     return f"{how} {'durable' if durable else 'plain'}"
 
 
-def _recording(durable: bool) -> str:
-    return f"recording queue {'durable' if durable else 'plain'}"
+def _recording(durable: bool, contained: bool = False) -> str:
+    return f"{'contained ' if contained else ''}recording queue {'durable' if durable else 'plain'}"
 
 
-def contenders() -> dict[str, Contender]:
+def contenders(cgroups: references.RunCgroups | None) -> dict[str, Contender]:
     found: dict[str, Contender] = {"xargs": run_xargs}
     if "vforked" in ways():
         for durable in (False, True):
             found[_recording(durable)] = lambda f, j, c, d=durable: run_recording(f, j, c, d)
+            if cgroups is not None:  # a cgroup per run, as forkvisor's manager gives each here
+                found[_recording(durable, True)] = lambda f, j, c, d=durable: run_recording(f, j, c, d, cgroups)
     for durable, how in forms():
         found[_form(durable, how)] = lambda f, j, c, d=durable, h=how: run_forkvisor(f, j, c, d, h)
     return found
@@ -118,14 +123,17 @@ def contenders() -> dict[str, Contender]:
 
 def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[int, dict[str, Series]]:
     found: dict[int, dict[str, Series]] = {}
+    cgroups = references.RunCgroups.here()
     with common.scratch(root, "commands") as scratch:
         for round_number in range(rounds):
             for cap in caps:
                 config = found.setdefault(cap, {})
-                order = list(contenders().items())
+                order = list(contenders(cgroups).items())
                 for name, run in order if round_number % 2 == 0 else reversed(order):
                     folder = scratch / f"{name.replace(' ', '-')}-c{cap}-{round_number}"
                     config.setdefault(name, Series()).add(jobs, run(folder, jobs, cap))
+    if cgroups is not None:
+        cgroups.close()
     return found
 
 
@@ -136,7 +144,8 @@ def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[
         results[f"c{cap}"] = entry = {"xargs_jobs_per_s": common.summary(reference.rates)}
         rows.append([f"c{cap}", "xargs -P", common.spread_text(reference.rates), "1", "", ""])
         named = [(f"forkvisor {_form(d, h)}", _form(d, h)) for d, h in forms()]
-        named += [(name, name) for name in map(_recording, (False, True)) if name in config]
+        recordings = [_recording(durable, contained) for contained in (False, True) for durable in (False, True)]
+        named += [(name, name) for name in recordings if name in config]
         for shown, name in named:
             series = config[name]
             ratios = paired_ratios(series, reference)
@@ -159,7 +168,8 @@ def report(found: dict[int, dict[str, Series]], jobs: int, rounds: int) -> dict[
         f"Command jobs (`true`): {jobs} per run, {rounds} interleaved rounds; median [min-max]. Jobs enqueued "
         "BEFORE the timed window.\nratio = jobs/s against xargs in the same round; cpu = the manager's own CPU "
         "(us per job); flt = its minor page faults per job. The recording queue keeps forkvisor's records of "
-        "each command job, vforked, as straight-line code (benchmarks/references.py).",
+        "each command job, vforked, as straight-line code (benchmarks/references.py); the contained one also "
+        "gives each run a cgroup, as forkvisor's manager does here.",
         ["cap", "who", "jobs/s", "ratio", "cpu", "flt"],
         rows,
     )

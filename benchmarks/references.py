@@ -11,6 +11,8 @@
 - `RecordingQueue`: the minimal queue plus the records forkvisor keeps of each job
   (counter, run folder, events, outcome, output files, pid, title, process group,
   parent-death signal), as straight-line code: the floor of what forkvisor does.
+  With `RunCgroups`, each run also gets its cgroup as forkvisor's manager makes them on
+  this host: the least that containing a job's every process costs.
 - `minimal_submit` / `minimal_submit_many`: the submission recipe of
   docs/FORMAT.md (mkdir tmp/ID, write job.json, rename into ready/), with the
   same fsyncs as a durable enqueue, or one syncfs barrier for a batch.
@@ -39,8 +41,13 @@ from setproctitle import setproctitle
 
 from benchmarks.common import sync_filesystem
 from jobs import new_job_id
-from supervisor import forking
+from supervisor import containment, forking
 from supervisor.watch import Watch
+
+try:
+    from supervisor._vfork import fork_into
+except ImportError:  # built without a C compiler: no run is born in its cgroup (`RunCgroups.born` is False)
+    fork_into = None
 
 RESULT = b"null\n"
 SPEC = b'{"function": "bench.noop", "args": [], "kwargs": {}}\n'
@@ -149,6 +156,78 @@ class MinimalQueue:
         return pid
 
 
+class RunCgroups:
+    """A cgroup per run, as forkvisor's manager makes them on this host (`containment.detect`):
+    the least that containing every process of a job costs, which is standing rule 2 of the
+    project. Per run: its v2 cgroup made and its first process born in it (clone3, where the
+    host allows, as the manager's probe says; else the child moves in); on a hybrid host its
+    v1 memory cgroup made too, and entered by the child; after the run, its CPU, memory peak
+    and OOM kills read, and both removed. `here()` is None where forkvisor's runs get none."""
+
+    def __init__(self, found: containment.CgroupContainment) -> None:
+        self.owner = f"reference.{os.getpid()}"
+        found.open_owner(self.owner)  # (also probes whether a child may be born in its cgroup)
+        self.found = found
+        self.runs = os.path.join(found.base, self.owner)
+        memory = found.memory
+        self.files = None if memory is None else memory.files
+        self.memory = None if memory is None or memory.files.own_cgroup else os.path.join(memory.base, self.owner)
+        self.born = bool(found.forks_into)
+
+    @classmethod
+    def here(cls) -> RunCgroups | None:
+        found = containment.detect()
+        return cls(found) if isinstance(found, containment.CgroupContainment) else None
+
+    def close(self) -> None:
+        self.found.close_owner(self.owner)
+
+    def make(self, name: str, forked: bool = True) -> tuple[int, int, int]:
+        """Make run `name`'s cgroups; return what its child needs, each -1 where not needed:
+        the cgroup's folder to be born in (a `forked` child, where the host allows), its
+        `cgroup.procs` and the memory cgroup's to enter."""
+        path = f"{self.runs}/{name}"
+        os.mkdir(path)
+        born = forked and self.born
+        folder = os.open(path, _O_DIR) if born else -1
+        procs = -1 if born else os.open(f"{path}/cgroup.procs", _O_PROCS)
+        memory = -1
+        if self.memory is not None:
+            os.mkdir(f"{self.memory}/{name}")
+            memory = os.open(f"{self.memory}/{name}/cgroup.procs", _O_PROCS)
+        return folder, procs, memory
+
+    def end(self, name: str) -> dict[str, Any]:
+        """After run `name`: what it used, as its cgroups counted; then remove them."""
+        path = f"{self.runs}/{name}"
+        memory = path if self.memory is None else f"{self.memory}/{name}"
+        usage = _keyed(f"{path}/cpu.stat")
+        cost: dict[str, Any] = {"cpu_user": usage[b"user_usec"] / 1e6, "cpu_system": usage[b"system_usec"] / 1e6}
+        if self.files is not None:
+            cost["peak_memory"] = int(_read(f"{memory}/{self.files.peak}"))
+            cost["oom_kills"] = _keyed(f"{memory}/{self.files.oom}").get(b"oom_kill", 0)
+        os.rmdir(path)
+        if self.memory is not None:
+            os.rmdir(memory)
+        return cost
+
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_O_PROCS = os.O_WRONLY | os.O_CLOEXEC
+
+
+def _keyed(path: str) -> dict[bytes, int]:
+    return {name: int(value) for name, value in (line.split(b" ") for line in _read(path).splitlines())}
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
 class RecordingQueue(MinimalQueue):
     """The minimal queue plus every record forkvisor keeps of a job, as straight-line code,
     with the barriers of issue 30's decisions: what its guarantees and `forkvisor status`
@@ -171,6 +250,10 @@ class RecordingQueue(MinimalQueue):
 
     RESULT_LINKED = True
     stamps = False  # each child's result: its start time (CLOCK_MONOTONIC), for latency; else `null`
+
+    def __init__(self, path: Path, cgroups: RunCgroups | None = None) -> None:
+        super().__init__(path)
+        self.cgroups = cgroups  # a cgroup per run (`RunCgroups`), or none
 
     def _run(self, cap: int, durable: bool, ready_fd: int, claimed_fd: int, done_fd: int) -> int:
         pending = sorted(os.listdir(self.ready), reverse=True)
@@ -199,7 +282,11 @@ class RecordingQueue(MinimalQueue):
         started, openers = {}, []
         for (job_id, function), folder in zip(claimed, folders, strict=True):
             gate, opener = os.pipe() if durable else (-1, -1)
-            started[_fork_recording(folder, job_id, function, durable, gate, self.stamps)] = job_id
+            cgroup = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id)
+            started[_fork_recording(folder, job_id, function, durable, gate, self.stamps, cgroup)] = job_id
+            for fd in cgroup:
+                if fd >= 0:
+                    os.close(fd)
             if durable:
                 os.close(gate)
                 openers.append(opener)
@@ -239,6 +326,8 @@ class RecordingQueue(MinimalQueue):
             job = f"{self.claimed}/{job_id}"
             outcome = {"exit_code": os.waitstatus_to_exitcode(status), "pid": pid, "user_s": usage.ru_utime}
             outcome |= {"system_s": usage.ru_stime, "max_rss_kb": usage.ru_maxrss, "ended": time.time()}
+            if self.cgroups is not None:
+                outcome["cost"] = self.cgroups.end(job_id)
             _write(f"{job}/attempt-1/.outcome.json.tmp", json.dumps(outcome, indent=1).encode(), False)
             jobs.append((job_id, job))
         if durable:
@@ -259,7 +348,9 @@ class CommandRecordingQueue(RecordingQueue):
     default, from its C module (`forking.vfork_exec`: no copy of this process); the manager
     opens the run's output files and writes its `pid` file. A vforked child cannot wait at a
     gate, so the counts of one turn's claims are on disk, their barriers shared, before any
-    of them starts. No result to link: a command's is its exit status, in `outcome.json`."""
+    of them starts. No result to link: a command's is its exit status, in `outcome.json`.
+    With `RunCgroups`, the vforked child enters its run's cgroups before exec, as
+    forkvisor's does (a vforked child cannot be born in one: clone3 would need its own stack)."""
 
     RESULT_LINKED = False
 
@@ -273,9 +364,11 @@ class CommandRecordingQueue(RecordingQueue):
             output = [os.open(f"{run}/{name}", _OUTPUT, 0o600) for name in ("stdout", "stderr")]
             stdin = os.open(os.devnull, os.O_RDONLY)
             variables = {"FORKVISOR_QUEUE": job, "FORKVISOR_JOB_ID": job_id, "FORKVISOR_ATTEMPT_DIR": run}
-            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None)
-            for fd in (stdin, *output):
-                os.close(fd)
+            _, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
+            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory))
+            for fd in (stdin, *output, procs, memory):
+                if fd >= 0:
+                    os.close(fd)
             _write(f"{run}/pid", f"{pid}\n".encode(), False)
             started[pid] = job_id
         return started
@@ -296,12 +389,24 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _OUTPUT = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 
 
-def _fork_recording(job: str, job_id: str, function: str, durable: bool, gate: int, stamps: bool) -> int:
+NO_CGROUP = (-1, -1, -1)
+
+
+def _fork_recording(
+    job: str, job_id: str, function: str, durable: bool, gate: int, stamps: bool, cgroup: tuple[int, int, int]
+) -> int:
     parent = os.getpid()
-    pid = os.fork()
+    folder, procs, memory = cgroup
+    pid = fork_into(folder) if folder >= 0 else os.fork()
     if pid == 0:
         code = 1
         try:
+            for entry in (procs, memory):  # into the run's cgroups, where it was not born in them
+                if entry >= 0:
+                    os.write(entry, b"0")
+            for fd in cgroup:  # no process of the job holds them
+                if fd >= 0:
+                    os.close(fd)
             os.setpgrp()
             _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
             if os.getppid() != parent:

@@ -12,6 +12,10 @@ order alternates between rounds), this process runs:
 - the recording queue (`references.RecordingQueue`): the minimal queue plus every
   record forkvisor keeps of a job, as straight-line code; its ratio to the minimal
   queue is the most any code that keeps those records can reach,
+- the contained recording queue, where forkvisor gives each run a cgroup on this host
+  (`references.RunCgroups`): the recording queue with a cgroup per run, made, entered
+  and removed as forkvisor's manager does; the floor of any code that keeps the records
+  and contains every process of a job,
 - forkvisor: `Manager(queue, concurrency=cap).run(burst=True)` in this very
   process, on a queue pre-filled with `enqueue_many` BEFORE the timed window.
 
@@ -34,6 +38,8 @@ from benchmarks import common, references
 from benchmarks.tasks import noop, registry
 from jobs import Call, Queue
 from supervisor import Manager
+
+RunCgroups = references.RunCgroups
 
 # Issue 12's targets: forkvisor at concurrency 2 against the minimal directory queue, of the same form.
 TARGET_RATIOS = {"c2-plain": 0.7, "c2-durable": 0.8}
@@ -65,8 +71,10 @@ def run_small_process(folder: Path, jobs: int, cap: int) -> common.Timed:
     return common.Timed(*references.bare_fork_small_process(jobs, cap))
 
 
-def run_minimal(folder: Path, jobs: int, cap: int, durable: bool, recording: bool = False) -> common.Timed:
-    queue = (references.RecordingQueue if recording else references.MinimalQueue)(folder)
+def run_minimal(
+    folder: Path, jobs: int, cap: int, durable: bool, recording: bool = False, cgroups: RunCgroups | None = None
+) -> common.Timed:
+    queue = references.RecordingQueue(folder, cgroups) if recording else references.MinimalQueue(folder)
     queue.fill(jobs)
     common.sync_filesystem(folder)
     run = common.timed(lambda: queue.run(cap, durable))
@@ -92,30 +100,40 @@ def _check(done: int, jobs: int, who: str) -> None:
 Contender = Callable[[Path, int, int], common.Timed]
 
 
-def contenders(durable: bool) -> dict[str, Contender]:
+def contenders(durable: bool, cgroups: RunCgroups | None) -> dict[str, Contender]:
     """Who runs in one configuration, in round order (reversed every other round)."""
-    return {
+    found: dict[str, Contender] = {
         "bare fork": run_bare,
         "small-process fork": run_small_process,
         "minimal queue": lambda folder, jobs, cap: run_minimal(folder, jobs, cap, durable),
         "recording queue": lambda folder, jobs, cap: run_minimal(folder, jobs, cap, durable, recording=True),
         "forkvisor": lambda folder, jobs, cap: run_forkvisor(folder, jobs, cap, durable),
     }
+    if cgroups is not None:
+        found[CONTAINED] = lambda folder, jobs, cap: run_minimal(folder, jobs, cap, durable, True, cgroups)
+    return found
+
+
+CONTAINED = "contained recording queue"
+CONTAINED_FLOOR = "contained_recording_queue_vs_minimal_queue"
 
 
 def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[str, dict[str, Series]]:
     """Interleaved rounds: every configuration once per round; contenders alternate order."""
     found: dict[str, dict[str, Series]] = {}
+    cgroups = RunCgroups.here()
     with common.scratch(root, "throughput") as scratch:
         for round_number in range(rounds):
             for cap in caps:
                 for durable in (False, True):
                     key = _key(cap, durable)
                     config = found.setdefault(key, {})
-                    order = list(contenders(durable).items())
+                    order = list(contenders(durable, cgroups).items())
                     for name, run in order if round_number % 2 == 0 else reversed(order):
                         folder = scratch / f"{name.replace(' ', '-')}-{key}-{round_number}"
                         config.setdefault(name, Series()).add(jobs, run(folder, jobs, cap))
+    if cgroups is not None:
+        cgroups.close()
     return found
 
 
@@ -132,26 +150,21 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
     for key, config in found.items():
         fv, minimal, bare = config["forkvisor"], config["minimal queue"], config["bare fork"]
         small, recording = config["small-process fork"], config["recording queue"]
+        contained = config.get(CONTAINED)
         vs_minimal, vs_bare = paired_ratios(fv, minimal), paired_ratios(fv, bare)
         vs_recording, floor = paired_ratios(fv, recording), paired_ratios(recording, minimal)
+        rates = [fv, minimal, recording, *([contained] if contained else []), bare, small]
+        ratios = [vs_minimal, floor, vs_recording]
+        if contained is not None:
+            ratios += [paired_ratios(contained, minimal), paired_ratios(fv, contained)]
+        cpu = [series for series in (fv, minimal, recording, contained) if series is not None]
         rows.append(
             [
                 key,
-                common.spread_text(fv.rates),
-                common.spread_text(minimal.rates),
-                common.spread_text(recording.rates),
-                common.spread_text(bare.rates),
-                common.spread_text(small.rates),
-                common.spread_text(vs_minimal, 2),
-                common.spread_text(floor, 2),
-                common.spread_text(vs_recording, 2),
-                common.spread_text(vs_bare, 2),
-                f"{common.median(fv.cpu_per_job_us):,.0f}",
-                f"{common.median(minimal.cpu_per_job_us):,.0f}",
-                f"{common.median(bare.cpu_per_job_us):,.0f}",
-                f"{common.median(fv.children_cpu_per_job_us):,.0f}",
-                f"{common.median(minimal.children_cpu_per_job_us):,.0f}",
-                f"{common.median(bare.children_cpu_per_job_us):,.0f}",
+                *(common.spread_text(series.rates) for series in rates),
+                *(common.spread_text(ratio, 2) for ratio in ratios),
+                *(f"{common.median(series.cpu_per_job_us):,.0f}" for series in cpu),
+                *(f"{common.median(series.children_cpu_per_job_us):,.0f}" for series in cpu),
                 f"{common.median(fv.faults_per_job):,.0f}",
                 f"{common.median(minimal.faults_per_job):,.0f}",
             ]
@@ -168,23 +181,39 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
             "ratio_vs_bare_fork": common.summary(vs_bare),
             "forkvisor_manager_cpu_us_per_job": common.summary(fv.cpu_per_job_us),
             "minimal_queue_parent_cpu_us_per_job": common.summary(minimal.cpu_per_job_us),
+            "recording_queue_parent_cpu_us_per_job": common.summary(recording.cpu_per_job_us),
             "bare_fork_parent_cpu_us_per_job": common.summary(bare.cpu_per_job_us),
             "forkvisor_children_cpu_us_per_job": common.summary(fv.children_cpu_per_job_us),
             "minimal_queue_children_cpu_us_per_job": common.summary(minimal.children_cpu_per_job_us),
+            "recording_queue_children_cpu_us_per_job": common.summary(recording.children_cpu_per_job_us),
             "bare_fork_children_cpu_us_per_job": common.summary(bare.children_cpu_per_job_us),
             "forkvisor_manager_minor_faults_per_job": common.summary(fv.faults_per_job),
             "minimal_queue_parent_minor_faults_per_job": common.summary(minimal.faults_per_job),
             "bare_fork_parent_minor_faults_per_job": common.summary(bare.faults_per_job),
         }
-    headers = ["config", "forkvisor j/s", "minimal q j/s", "recording q j/s", "bare fork j/s", "small proc j/s"]
-    headers += ["fv/minimal", "rec/minimal", "fv/rec", "fv/bare"]
-    headers += ["fv cpu", "min cpu", "bare cpu", "fv child", "min child", "bare child", "fv flt", "min flt"]
+        if contained is not None:
+            results[key] |= {
+                "contained_recording_queue_jobs_per_s": common.summary(contained.rates),
+                CONTAINED_FLOOR: common.summary(ratios[3]),
+                "ratio_vs_contained_recording_queue": common.summary(ratios[4]),
+                "contained_recording_queue_parent_cpu_us_per_job": common.summary(contained.cpu_per_job_us),
+                "contained_recording_queue_children_cpu_us_per_job": common.summary(contained.children_cpu_per_job_us),
+            }
+    with_cgroups = any(CONTAINED in config for config in found.values())
+    cg = ["rec+cg"] if with_cgroups else []
+    headers = ["config", "forkvisor j/s", "minimal q j/s", "recording q j/s"]
+    headers += [f"{name} j/s" for name in cg] + ["bare fork j/s", "small proc j/s"]
+    headers += ["fv/minimal", "rec/minimal", "fv/rec", *(["rec+cg/minimal", "fv/rec+cg"] if cg else [])]
+    who = ["fv", "min", "rec", *cg]
+    headers += [f"{name} cpu" for name in who] + [f"{name} child" for name in who]
+    headers += ["fv flt", "min flt"]
     common.print_table(
         f"Throughput: {jobs} no-op jobs per run, {rounds} interleaved rounds; median [min-max]. "
         "Jobs enqueued (enqueue_many) BEFORE the timed window; timed = manager start to all done.\n"
         "cpu = the forking process's own CPU (RUSAGE_SELF), child = its children's CPU, in us per job; "
         "flt = the forking process's minor page faults per job. The recording queue (rec) is the minimal queue "
-        "plus every record forkvisor keeps of a job, as straight-line code (benchmarks/references.py).",
+        "plus every record forkvisor keeps of a job, as straight-line code (benchmarks/references.py); rec+cg "
+        "(where forkvisor's runs get cgroups here) adds a cgroup per run, as forkvisor's manager makes them.",
         headers,
         rows,
     )
@@ -198,6 +227,18 @@ def verdicts(results: dict[str, Any]) -> dict[str, bool]:
         for key, target in TARGET_RATIOS.items()
         if key in results
     }
+
+
+def floors(results: dict[str, Any]) -> dict[str, float]:
+    """For each target, the floor's median ratio to the minimal queue: the contained recording
+    queue's where forkvisor's runs get cgroups here, else the recording queue's."""
+    found = {}
+    for key in TARGET_RATIOS:
+        if key in results:
+            figures = results[key]
+            floor = figures.get(CONTAINED_FLOOR, figures["recording_queue_vs_minimal_queue"])
+            found[key] = floor["median"]
+    return found
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -216,10 +257,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = report(found, jobs, rounds)
     results["process_rss_mb"] = {"before": rss_before, "after": common.rss_mb(), "peak": common.peak_rss_mb()}
     results["targets"] = verdicts(results)
+    results["floors"] = floors(results)
     results["jobs_per_run"], results["rounds"], results["enqueue"] = jobs, rounds, "before the timed window"
     print(f"\nforking process RSS: {rss_before:.1f} MiB before, {common.rss_mb():.1f} MiB after")
     for target, met in results["targets"].items():
         print(f"target {target}: {'met' if met else 'MISSED'}")
+    for key, floor in results["floors"].items():
+        what = "the records and a cgroup per run" if CONTAINED_FLOOR in results[key] else "the records"
+        print(f"floor {key}: {floor:.2f} x minimal queue ({what}, as straight-line code)")
     common.emit_json("throughput", root, results)
     return results
 

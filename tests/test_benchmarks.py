@@ -3,6 +3,8 @@ not a measurement; the figures are in docs/PERFORMANCE.md)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,23 @@ def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processe
         assert (run / "stderr").exists()
         assert '"exit_code": 0' in (run / "outcome.json").read_text()  # (72: its gate did not open)
         assert not [*job.glob(".*"), *run.glob(".*")]  # every staged count and outcome put in place
+
+
+def test_the_contained_recording_queue_runs_each_job_in_a_cgroup_of_its_own(procs: Processes, disk: Path) -> None:
+    cgroups = references.RunCgroups.here()
+    if cgroups is None:
+        pytest.skip("forkvisor's runs get no cgroup here (not root, or no cgroup delegated)")
+    try:
+        queue = references.RecordingQueue(disk / "q", cgroups)
+        queue.fill(3)
+        assert queue.run(2, durable=False) == 3
+        for job in queue.done.iterdir():
+            cost = json.loads((job / "attempt-1" / "outcome.json").read_text())["cost"]
+            assert cost["cpu_user"] + cost["cpu_system"] > 0  # its cgroup counted the child's CPU: it was in it
+        assert not [entry for entry in os.scandir(cgroups.runs) if entry.is_dir()]  # each removed after its run
+    finally:
+        cgroups.close()
+    assert not os.path.exists(cgroups.runs)
 
 
 @pytest.mark.parametrize("durable", [False, True])
