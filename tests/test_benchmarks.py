@@ -16,6 +16,7 @@ from benchmarks import (
     keys,
     latency,
     managers,
+    pages,
     planning,
     progress,
     references,
@@ -131,6 +132,13 @@ def test_the_latency_benchmark_runs(procs: Processes, disk: Path) -> None:
     for who in ("forkvisor", "reference", "recording"):  # the recording server's children stamped their starts
         assert results[who]["enqueue_call_to_start_ms"]["p50"] > 0
     assert set(results["targets"]) == {"enqueue call->start p50 < 3.0 ms", "enqueue call->start p99 < 10.0 ms"}
+
+
+def test_the_pages_benchmark_runs(procs: Processes, disk: Path) -> None:
+    results = pages.main(["--dir", str(disk), "--jobs", "40", "--turns", "10", "--rounds", "1", "--forks", "20"])
+    assert results["copied_page"]["us_per_page"]["median"] > 0
+    assert results["turns"] == 10
+    assert results["pages_per_turn"]["claim: spec, count, run folder, policy, events"] > 0  # a claim writes pages
 
 
 def test_the_progress_benchmark_runs(disk: Path) -> None:
