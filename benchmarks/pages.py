@@ -10,8 +10,8 @@ job. This measures both halves of that cost:
 - **a copied page**: a parent forks a child that lives 3 ms and writes one byte in each
   of 700 pages of a private mapping, against the same loop without the writes (the
   manager's heap, imported, is the same size); the difference per page, in interleaved
-  rounds. (`MADV_POPULATE_WRITE`, the kernel copying them in one call, saves about a
-  fifth: the copy itself is the cost.)
+  rounds. (`MADV_POPULATE_WRITE`, the kernel copying them in one call, saves about an
+  eighth: the copy itself is the cost.)
 - **the pages a job's turn writes, by phase**: `Manager(queue, concurrency=2).run(burst=True)`
   on N no-op jobs, plain, in this process. For T turns in the middle, a holder child forked
   after each job's fork keeps every page shared (a no-op child exits at once, and then its
@@ -20,8 +20,8 @@ job. This measures both halves of that cost:
   page is counted in the first phase of the turn that writes it. Counting costs a few pages
   per boundary: "(counting)".
 
-The first phase of a turn (the child's bookkeeping after its fork, its doorbell) runs
-before the next turn's fork: the phases in the table are in the loop's order.
+A turn runs from one job's fork to the next job's: the table lists its phases in the
+loop's order, starting with what follows the fork. Linux only (`/proc/self/pagemap`).
 """
 
 from __future__ import annotations
