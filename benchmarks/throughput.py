@@ -156,13 +156,14 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
         rates = [fv, minimal, recording, *([contained] if contained else []), bare, small]
         ratios = [vs_minimal, floor, vs_recording]
         if contained is not None:
-            ratios += [paired_ratios(contained, minimal), paired_ratios(fv, contained)]
-        cpu = [series for series in (fv, minimal, recording, contained) if series is not None]
+            contained_floor, vs_contained = paired_ratios(contained, minimal), paired_ratios(fv, contained)
+            ratios += [contained_floor, vs_contained]
+        cpu = [series for series in (fv, minimal, recording, contained, bare) if series is not None]
         rows.append(
             [
                 key,
                 *(common.spread_text(series.rates) for series in rates),
-                *(common.spread_text(ratio, 2) for ratio in ratios),
+                *(common.spread_text(ratio, 2) for ratio in [*ratios, vs_bare]),
                 *(f"{common.median(series.cpu_per_job_us):,.0f}" for series in cpu),
                 *(f"{common.median(series.children_cpu_per_job_us):,.0f}" for series in cpu),
                 f"{common.median(fv.faults_per_job):,.0f}",
@@ -194,8 +195,8 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
         if contained is not None:
             results[key] |= {
                 "contained_recording_queue_jobs_per_s": common.summary(contained.rates),
-                CONTAINED_FLOOR: common.summary(ratios[3]),
-                "ratio_vs_contained_recording_queue": common.summary(ratios[4]),
+                CONTAINED_FLOOR: common.summary(contained_floor),
+                "ratio_vs_contained_recording_queue": common.summary(vs_contained),
                 "contained_recording_queue_parent_cpu_us_per_job": common.summary(contained.cpu_per_job_us),
                 "contained_recording_queue_children_cpu_us_per_job": common.summary(contained.children_cpu_per_job_us),
             }
@@ -203,8 +204,8 @@ def report(found: dict[str, dict[str, Series]], jobs: int, rounds: int) -> dict[
     cg = ["rec+cg"] if with_cgroups else []
     headers = ["config", "forkvisor j/s", "minimal q j/s", "recording q j/s"]
     headers += [f"{name} j/s" for name in cg] + ["bare fork j/s", "small proc j/s"]
-    headers += ["fv/minimal", "rec/minimal", "fv/rec", *(["rec+cg/minimal", "fv/rec+cg"] if cg else [])]
-    who = ["fv", "min", "rec", *cg]
+    headers += ["fv/minimal", "rec/minimal", "fv/rec", *(["rec+cg/minimal", "fv/rec+cg"] if cg else []), "fv/bare"]
+    who = ["fv", "min", "rec", *cg, "bare"]
     headers += [f"{name} cpu" for name in who] + [f"{name} child" for name in who]
     headers += ["fv flt", "min flt"]
     common.print_table(
