@@ -76,9 +76,9 @@ def page_cost(forks: int, rounds: int) -> tuple[list[float], float]:
         pages[offset] = 1
     per_page, faults = [], []
     for round_number in range(rounds):
-        order = [None, pages] if round_number % 2 == 0 else [pages, None]
-        found = {id(kind): fork_loop(forks, kind) for kind in order}
-        (bare_cpu, bare_faults), (cpu, written_faults) = found[id(None)], found[id(pages)]
+        order = ["bare", "written"] if round_number % 2 == 0 else ["written", "bare"]
+        found = {kind: fork_loop(forks, pages if kind == "written" else None) for kind in order}
+        (bare_cpu, bare_faults), (cpu, written_faults) = found["bare"], found["written"]
         per_page.append((cpu - bare_cpu) / max(1.0, written_faults - bare_faults))
         faults.append(written_faults - bare_faults)
     return per_page, common.median(faults)
