@@ -123,6 +123,7 @@ class Phases:
         self.first, self.last = first, first + turns
         self.forks = 0
         self.holder = 0
+        self.alive = os.pipe()  # the holder's end of it reads EOF once this process is gone
         self.watching = False
         self.mark = 0
         self.pages: collections.Counter[str] = collections.Counter()
@@ -144,11 +145,17 @@ class Phases:
         if self.watching:
             self.holder = os.fork()
             if self.holder == 0:
-                time.sleep(600)
+                os.close(self.alive[1])
+                os.read(self.alive[0], 1)  # until the benchmark is gone (the manager's children die with it)
                 os._exit(0)
             self.counter.remap()
             self.mark = self.counter.unshared()
             self.turns += 1
+
+    def close(self) -> None:
+        self.release_holder()
+        for fd in self.alive:
+            os.close(fd)
 
     def release_holder(self) -> None:
         if self.holder:
@@ -208,7 +215,7 @@ def turn_pages(folder: Path, jobs: int, turns: int) -> tuple[dict[str, float], i
             closes = functools.partial(phases.boundary, PHASES[after])
             opens = None if before is None else functools.partial(phases.boundary, PHASES[before])
             stack.enter_context(wrapped(owner, name, closes, opens))
-        stack.callback(phases.release_holder)
+        stack.callback(phases.close)
         stack.callback(setattr, forking, "_fork", fork)
         forking._fork = counted_fork
         manager.run(burst=True)
