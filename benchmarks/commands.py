@@ -123,8 +123,7 @@ def contenders(cgroups: references.RunCgroups | None) -> dict[str, Contender]:
 
 def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[int, dict[str, Series]]:
     found: dict[int, dict[str, Series]] = {}
-    cgroups = references.RunCgroups.here()
-    with common.scratch(root, "commands") as scratch:
+    with references.RunCgroups.here() as cgroups, common.scratch(root, "commands") as scratch:
         for round_number in range(rounds):
             for cap in caps:
                 config = found.setdefault(cap, {})
@@ -132,8 +131,6 @@ def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[int, di
                 for name, run in order if round_number % 2 == 0 else reversed(order):
                     folder = scratch / f"{name.replace(' ', '-')}-c{cap}-{round_number}"
                     config.setdefault(name, Series()).add(jobs, run(folder, jobs, cap))
-    if cgroups is not None:
-        cgroups.close()
     return found
 
 

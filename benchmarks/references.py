@@ -34,6 +34,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,12 +164,11 @@ class RunCgroups:
     project. Per run: its v2 cgroup made and its first process born in it (clone3, where the
     host allows, as the manager's probe says; else the child moves in); on a hybrid host its
     v1 memory cgroup made too, and entered by the child; after the run, its CPU, memory peak
-    and OOM kills read, and both removed. `here()` is None where forkvisor's runs get none."""
+    and OOM kills read, and both removed. `here()` gives None where forkvisor's runs get none."""
 
     def __init__(self, found: containment.CgroupContainment) -> None:
         self.owner = f"reference.{os.getpid()}"
         found.open_owner(self.owner)  # (also probes whether a child may be born in its cgroup)
-        self.found = found
         self.runs = os.path.join(found.base, self.owner)
         memory = found.memory
         self.files = None if memory is None else memory.files
@@ -175,12 +176,17 @@ class RunCgroups:
         self.born = bool(found.forks_into)
 
     @classmethod
-    def here(cls) -> RunCgroups | None:
+    @contextmanager
+    def here(cls) -> Iterator[RunCgroups | None]:
+        """Runs' cgroups as forkvisor's manager makes them here (None where it makes none);
+        their owner's folder removed after."""
         found = containment.detect()
-        return cls(found) if isinstance(found, containment.CgroupContainment) else None
-
-    def close(self) -> None:
-        self.found.close_owner(self.owner)
+        cgroups = cls(found) if isinstance(found, containment.CgroupContainment) else None
+        try:
+            yield cgroups
+        finally:
+            if cgroups is not None:
+                found.close_owner(cgroups.owner)
 
     def make(self, name: str, forked: bool = True) -> tuple[int, int, int]:
         """Make run `name`'s cgroups; return what its child needs, each -1 where not needed:

@@ -121,8 +121,7 @@ CONTAINED_FLOOR = "contained_recording_queue_vs_minimal_queue"
 def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[str, dict[str, Series]]:
     """Interleaved rounds: every configuration once per round; contenders alternate order."""
     found: dict[str, dict[str, Series]] = {}
-    cgroups = RunCgroups.here()
-    with common.scratch(root, "throughput") as scratch:
+    with RunCgroups.here() as cgroups, common.scratch(root, "throughput") as scratch:
         for round_number in range(rounds):
             for cap in caps:
                 for durable in (False, True):
@@ -132,8 +131,6 @@ def measure(root: Path, jobs: int, rounds: int, caps: list[int]) -> dict[str, di
                     for name, run in order if round_number % 2 == 0 else reversed(order):
                         folder = scratch / f"{name.replace(' ', '-')}-{key}-{round_number}"
                         config.setdefault(name, Series()).add(jobs, run(folder, jobs, cap))
-    if cgroups is not None:
-        cgroups.close()
     return found
 
 

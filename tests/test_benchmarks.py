@@ -71,10 +71,9 @@ def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processe
 
 
 def test_the_contained_recording_queue_runs_each_job_in_a_cgroup_of_its_own(procs: Processes, disk: Path) -> None:
-    cgroups = references.RunCgroups.here()
-    if cgroups is None:
-        pytest.skip("forkvisor's runs get no cgroup here (not root, or no cgroup delegated)")
-    try:
+    with references.RunCgroups.here() as cgroups:
+        if cgroups is None:
+            pytest.skip("forkvisor's runs get no cgroup here (not root, or no cgroup delegated)")
         queue = references.RecordingQueue(disk / "q", cgroups)
         queue.fill(3)
         assert queue.run(2, durable=False) == 3
@@ -82,8 +81,6 @@ def test_the_contained_recording_queue_runs_each_job_in_a_cgroup_of_its_own(proc
             cost = json.loads((job / "attempt-1" / "outcome.json").read_text())["cost"]
             assert cost["cpu_user"] + cost["cpu_system"] > 0  # its cgroup counted the child's CPU: it was in it
         assert not [entry for entry in os.scandir(cgroups.runs) if entry.is_dir()]  # each removed after its run
-    finally:
-        cgroups.close()
     assert not os.path.exists(cgroups.runs)
 
 
