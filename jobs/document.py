@@ -56,6 +56,12 @@ def read(path: files.StrPath, limit: int, what: str, dir_fd: int | None = None) 
     return parse(data, what)
 
 
+def too_deep(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether `value`, written as JSON (a tuple as an array), nests deeper than a reader of
+    the queue reads (`parse`): what a writer checks, so that nothing it writes is refused later."""
+    return _walk(value, max_depth)[0] > max_depth
+
+
 def _walk(value: Any, limit: int) -> tuple[int, bool]:
     """How deep `value` nests (counting stops past `limit`) and whether every number in it
     is finite; without recursion, in one pass (every job.json is read this way at its claim)."""
@@ -66,7 +72,7 @@ def _walk(value: Any, limit: int) -> tuple[int, bool]:
         item, depth = stack.pop()
         if isinstance(item, dict):
             children: Any = item.values()
-        elif isinstance(item, list):
+        elif isinstance(item, list | tuple):  # (a tuple only before it is written: it is written as an array)
             children = item
         else:
             if type(item) is float and not math.isfinite(item):

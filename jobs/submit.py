@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import depends, files, incoming, keys, moves, view
+from jobs.document import MAX_DEPTH
+from jobs.document import too_deep as document_too_deep
 from jobs.errors import ArgumentNotSerializable, InvalidJob, KeyTaken, storage_error
 from jobs.folder import SPEC_FILE, QueueFolder
 from jobs.handles import Entry
@@ -309,7 +311,14 @@ def _due(options: JobOptions, now: float) -> float | None:
 
 
 def _encode(document: dict[str, Any], args: list[Any], kwargs: dict[str, Any], metadata: dict[str, Any]) -> bytes:
-    """`job.json`'s bytes; on failure, name the first argument JSON cannot encode."""
+    """`job.json`'s bytes; on failure, name the first argument JSON cannot encode. A job whose
+    arguments nest deeper than a manager reads is refused here, not buried at its claim."""
+    given = (*args, *kwargs.values(), *metadata.values())
+    if any(isinstance(value, dict | list | tuple) for value in given) and document_too_deep(document):
+        raise InvalidJob(
+            f"cannot enqueue: its arguments or metadata nest JSON more than {MAX_DEPTH} levels deep (counting "
+            "job.json's own), which no manager reads (docs/SECURITY.md); pass flatter data"
+        )
     try:
         return spec_json(document)
     except (TypeError, ValueError):

@@ -9,6 +9,7 @@ import os
 import re
 import time
 import types
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from jobs import (
     State,
     is_job_id,
 )
+from jobs.document import MAX_DEPTH
 from jobs.job import MAX_PRIORITY, MIN_PRIORITY, new_job_id
 
 from .conftest import Hand
@@ -254,6 +256,42 @@ def test_non_json_metadata_is_refused(queue: Queue, hand: Hand) -> None:
 def test_argument_not_serializable_is_a_type_error(queue: Queue) -> None:
     with pytest.raises(TypeError):
         queue.enqueue("sample.echo", {1, 2})
+
+
+def _nested(levels: int, kind: type = dict) -> Any:
+    """ "x" inside `levels` dicts, lists or tuples."""
+    value: Any = "x"
+    for _ in range(levels):
+        value = {"a": value} if kind is dict else kind([value])
+    return value
+
+
+def test_arguments_nested_as_deep_as_a_manager_reads_are_enqueued_and_read_back(queue: Queue) -> None:
+    deepest = _nested(MAX_DEPTH - 2)  # job.json, then its kwargs: two levels already
+    job_id = queue.enqueue("sample.echo", deep=deepest)
+    assert queue.job(job_id).spec.kwargs == {"deep": deepest}  # read through the reader a claim uses
+
+
+DEEP_ENQUEUES: dict[str, Callable[[Queue, Any], str]] = {
+    "keyword": lambda queue, value: queue.enqueue("sample.echo", deep=value),
+    "positional": lambda queue, value: queue.enqueue("sample.echo", value),
+    "metadata": lambda queue, value: queue.with_options(metadata={"deep": value}).enqueue("sample.echo"),
+}
+
+
+@pytest.mark.parametrize(
+    ("levels", "kind", "where"),
+    [(MAX_DEPTH - 1, dict, "keyword"), (MAX_DEPTH - 1, tuple, "positional"), (5_000, list, "metadata")],
+)
+def test_arguments_nested_deeper_than_a_manager_reads_are_refused_at_enqueue(
+    queue: Queue, hand: Hand, levels: int, kind: type, where: str
+) -> None:
+    """The claim would bury such a job as unreadable: the enqueue says so instead (and a
+    very deep one is no RecursionError from the encoder)."""
+    value = _nested(levels, kind)
+    with pytest.raises(InvalidJob, match=f"nest JSON more than {MAX_DEPTH} levels deep"):
+        DEEP_ENQUEUES[where](queue, value)
+    assert _nothing_staged(hand)
 
 
 def test_tuples_come_back_as_lists(queue: Queue) -> None:
