@@ -29,7 +29,6 @@ from jobs import (
     State,
     is_job_id,
 )
-from jobs.document import MAX_DEPTH
 from jobs.job import MAX_PRIORITY, MIN_PRIORITY, new_job_id
 
 from .conftest import Hand
@@ -256,6 +255,9 @@ def test_non_json_metadata_is_refused(queue: Queue, hand: Hand) -> None:
 def test_argument_not_serializable_is_a_type_error(queue: Queue) -> None:
     with pytest.raises(TypeError):
         queue.enqueue("sample.echo", {1, 2})
+
+
+MAX_DEPTH = 64  # levels of JSON a manager reads in job.json (docs/SECURITY.md)
 
 
 def _nested(levels: int, kind: type = dict) -> Any:
