@@ -48,6 +48,8 @@ def test_the_throughput_benchmark_runs(procs: Processes, disk: Path) -> None:
     results = throughput.main(["--dir", str(disk), "--jobs", "10", "--rounds", "1", "--concurrency", "2"])
     assert results["c2-durable"]["recording_queue_vs_minimal_queue"]["median"] > 0
     assert set(results["targets"]) == {"c2-plain >= 0.7 x minimal queue", "c2-durable >= 0.8 x minimal queue"}
+    assert set(results["floors"]) == {"c2-plain", "c2-durable"}
+    assert results["floors"]["c2-plain"]["median"] > 0
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -122,6 +124,11 @@ def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
     assert results["buffer"]["forkvisor_jobs_per_s"]["median"] > 0
     assert results["objects"]["forkvisor_durable_jobs_per_s"]["median"] > 0
     assert len(results["targets"]) == 4
+    floors = {"buffer", "buffer durable", "objects", "objects durable"}
+    assert set(results["floors"]) == floors  # each target's floor, contained where runs get cgroups here
+    contained = any("contained_recording_ratio_vs_bare" in results[shape] for shape in ("buffer", "objects"))
+    assert all(floor["who"].startswith("contained") == contained for floor in results["floors"].values())
+    assert all(floor["median"] > 0 for floor in results["floors"].values())
 
 
 def test_the_latency_benchmark_runs(procs: Processes, disk: Path) -> None:
