@@ -102,7 +102,10 @@ def start_times(runs: int, place: CgroupContainment, gap: float) -> dict[str, li
         stamped = float(os.read(read_end, 64))
         os.close(read_end)
         os.waitpid(pid, 0)
-        while not box.remove():
+        deadline = time.monotonic() + 5
+        while not box.remove():  # (the kernel empties it a moment after the reap)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the cgroup of run {number} is still in use 5 s after its child was reaped")
             time.sleep(0.0001)
         found["born" if born else "moved"].append((stamped - began) * 1000)
         time.sleep(gap)
