@@ -35,6 +35,7 @@ process's CPU and minor faults per job, its children's CPU per job.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -85,10 +86,10 @@ def worker(shape: str, mb: int, contender: str, jobs: int, folder: Path) -> dict
 
 
 def _recording(folder: Path, jobs: int, durable: bool, contained: bool) -> common.Timed:
-    with references.RunCgroups.here() as cgroups:
+    with references.RunCgroups.here() if contained else contextlib.nullcontext() as cgroups:
         if contained and cgroups is None:
             raise SystemExit("no cgroup per run on this host: the contained recording queue cannot run")
-        recording = references.RecordingQueue(folder, cgroups if contained else None)
+        recording = references.RecordingQueue(folder, cgroups)
         recording.fill(jobs)
         return common.timed(lambda: recording.run(CAP, durable))
 
