@@ -173,6 +173,13 @@ class Schedule:
         options = self.options
         if options.key is not None or options.delay or options.run_at is not None or options.depends_on:
             raise InvalidJob(f"schedule {self.name!r}: a tick's job takes no key, delay, run_at or depends_on")
+        given = (*self.args, *self.kwargs.values(), *(options.metadata or {}).values())
+        if any(isinstance(value, dict | list | tuple) for value in given) and document.too_deep(self.to_json()):
+            # (its file nests the job one level deeper than the tick's job.json: both are readable)
+            raise InvalidJob(
+                f"schedule {self.name!r}: its arguments or metadata nest JSON more than {document.MAX_DEPTH} "
+                "levels deep (counting the schedule file's own), which no manager reads; pass flatter data"
+            )
 
     def to_json(self) -> dict[str, Any]:
         """`schedules/NAME.json`'s content (docs/FORMAT.md)."""

@@ -5,11 +5,12 @@ clock jump), and how they are written and read back."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobs import InvalidJob, JobOptions, Registry, Schedule, Timing
+from jobs import InvalidJob, JobOptions, Queue, Registry, Schedule, Timing
 from jobs.schedules import SKIP_GRACE, due, from_json, name_for
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -155,6 +156,37 @@ def test_a_schedule_is_written_and_read_back() -> None:
         created=1795430400.0,
     )
     assert from_json(made.to_json()) == made
+
+
+MAX_DEPTH = 64  # levels of JSON a manager reads in a queue's documents (docs/SECURITY.md)
+
+
+def _nested(levels: int) -> object:
+    value: object = "x"
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_a_schedule_nested_as_deep_as_a_manager_reads_is_kept_and_listed(tmp_path: Path) -> None:
+    queue = Queue(tmp_path / "q")
+    deepest = _nested(MAX_DEPTH - 3)  # the file, its "job", its "kwargs": three levels already
+    queue.add_schedule(Schedule(name="deep", timing=Timing("every 30s"), function="f", kwargs={"d": deepest}))
+    [listed] = queue.schedules()  # read back through the reader the sweeper uses
+    assert listed.schedule.kwargs == {"d": deepest}
+
+
+@pytest.mark.parametrize("where", ["args", "kwargs", "metadata"])
+def test_a_schedule_nested_deeper_than_a_manager_reads_is_refused_when_made(where: str) -> None:
+    """Its file would be skipped as unreadable, and no tick would ever fire: say so at once."""
+    deep = _nested(MAX_DEPTH - 2)
+    given = {
+        "args": {"args": (deep,)},
+        "kwargs": {"kwargs": {"d": deep}},
+        "metadata": {"options": JobOptions(metadata={"d": deep})},
+    }[where]
+    with pytest.raises(InvalidJob, match=f"nest JSON more than {MAX_DEPTH} levels deep"):
+        Schedule(name="deep", timing=Timing("every 30s"), function="f", **given)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
