@@ -102,6 +102,8 @@ class QueueWatch:
                 self.watch.add(self.queue.serving.state_path(State.READY))
             except OSError as exc:  # the poll finds new jobs meanwhile
                 log.error("cannot watch %s/ready: %s", self.queue.path, exc)
+                return
+            self.queue.serving.index.watching()  # it reports every new name from now on
 
     @property
     def listens(self) -> bool:

@@ -89,6 +89,24 @@ def test_a_watched_index_still_rescans_as_a_safety_net(queue: Queue, owner: Owne
     assert _claimed_id(queue, owner) == missed
 
 
+def test_an_index_told_it_is_watched_rescans_once_then_only_as_a_safety_net(
+    queue: Queue, owner: Owner, clock: Clock
+) -> None:
+    ids = [queue.enqueue("sample.echo") for _ in range(4)]
+    assert _claimed_id(queue, owner) == ids[0]  # the backlog, scanned before any watch
+    before_watch = _enqueue_elsewhere(queue.path, 60)  # arrived before the watcher was set up
+    queue.serving.index.watching()  # what the manager does once its inotify watch of ready/ is up
+    scans = queue.serving.index.scans
+    assert _claimed_id(queue, owner) == before_watch  # one rescan at once: what came before the watch
+    assert queue.serving.index.scans == scans + 1
+    clock.now += 0.5  # ten times the unwatched index's least age: no rescan to find names now
+    assert [_claimed_id(queue, owner) for _ in range(2)] == ids[1:3]
+    assert queue.serving.index.scans == scans + 1
+    unseen = _enqueue_elsewhere(queue.path, 70)  # an event the kernel dropped: never noted
+    clock.now += jobs.index.WATCHED_MIN_AGE
+    assert _claimed_id(queue, owner) == unseen  # the safety net still finds it
+
+
 def test_an_unwatched_index_sees_another_process_s_job_soon(queue: Queue, owner: Owner, clock: Clock) -> None:
     ids = [queue.enqueue("sample.echo") for _ in range(3)]
     assert _claimed_id(queue, owner) == ids[0]
