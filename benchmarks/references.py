@@ -190,11 +190,12 @@ class RunCgroups:
 
     def make(self, name: str, forked: bool = True) -> tuple[int, int, int]:
         """Make run `name`'s cgroups; return what its child needs, each -1 where not needed:
-        the cgroup's folder to be born in (a `forked` child, where the host allows), its
-        `cgroup.procs` and the memory cgroup's to enter."""
+        the cgroup's folder to be born in (where the host allows: a `forked` child, or a
+        vforked one where `forking.vforks_into`), its `cgroup.procs` and the memory cgroup's
+        to enter."""
         path = f"{self.runs}/{name}"
         os.mkdir(path)
-        born = forked and self.born
+        born = self.born and (forked or forking.vforks_into())
         folder = os.open(path, _O_DIR) if born else -1
         procs = -1 if born else os.open(f"{path}/cgroup.procs", _O_PROCS)
         memory = -1
@@ -355,8 +356,9 @@ class CommandRecordingQueue(RecordingQueue):
     opens the run's output files and writes its `pid` file. A vforked child cannot wait at a
     gate, so the counts of one turn's claims are on disk, their barriers shared, before any
     of them starts. No result to link: a command's is its exit status, in `outcome.json`.
-    With `RunCgroups`, the vforked child enters its run's cgroups before exec, as
-    forkvisor's does (a vforked child cannot be born in one: clone3 would need its own stack)."""
+    With `RunCgroups`, the vforked child is in its run's cgroups before exec, as forkvisor's
+    is: born in its v2 cgroup where the C module and the host allow (`forking.vforks_into`),
+    else moved in; on a hybrid host it enters its v1 memory cgroup too."""
 
     RESULT_LINKED = False
 
@@ -370,9 +372,9 @@ class CommandRecordingQueue(RecordingQueue):
             output = [os.open(f"{run}/{name}", _OUTPUT, 0o600) for name in ("stdout", "stderr")]
             stdin = os.open(os.devnull, os.O_RDONLY)
             variables = {"FORKVISOR_QUEUE": job, "FORKVISOR_JOB_ID": job_id, "FORKVISOR_ATTEMPT_DIR": run}
-            _, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
-            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory))
-            for fd in (stdin, *output, procs, memory):
+            folder, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
+            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory), folder)
+            for fd in (stdin, *output, folder, procs, memory):
                 if fd >= 0:
                     os.close(fd)
             _write(f"{run}/pid", f"{pid}\n".encode(), False)

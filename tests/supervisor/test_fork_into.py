@@ -203,3 +203,59 @@ def test_a_manager_s_jobs_are_born_in_their_run_s_cgroup_and_keep_nothing_of_it(
         assert report["cgroup"].endswith(f"/{job_id}.1"), report["cgroup"]
         held = [target for target in report["fds"].values() if target.startswith(("/sys/fs/cgroup", "cgroup"))]
         assert held == [], f"the job holds the manager's cgroup descriptors: {report['fds']}"
+
+
+def _where_the_program_is(cgroups: forking.Cgroups, born_in: int) -> tuple[str, int]:
+    """vfork a program with `vfork_exec`; its own cgroup v2 as it sees it, and its exit status."""
+    read_end, write_end = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        program = ("sh", "-c", "grep '^0::' /proc/self/cgroup")
+        pid = forking.vfork_exec(program, dict(os.environ), (null, write_end, write_end), None, cgroups, born_in)
+    finally:
+        os.close(write_end)
+        os.close(null)
+    with os.fdopen(read_end, "rb") as seen:
+        where = seen.read().decode().strip().removeprefix("0::")
+    _, status = os.waitpid(pid, 0)
+    return where, os.waitstatus_to_exitcode(status)
+
+
+@pytest.mark.skipif(not forking.vforks_into(), reason="the C module cannot vfork into a cgroup here (x86-64 only)")
+def test_a_vforked_program_is_born_in_its_cgroup_without_moving(cgroup: str) -> None:
+    """A command job's program, vforked by the C module with clone3: no `cgroup.procs` to write
+    itself into (-1), so only a child born there is there; the manager, suspended until the
+    child execs, waits for no migration."""
+    folder = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        assert _where_the_program_is((-1, -1), folder) == (_relative(cgroup), 0)
+    finally:
+        os.close(folder)
+
+
+def test_where_a_vforked_program_cannot_be_born_in_its_cgroup_it_moves_in(
+    cgroup: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose kernel (before 5.7) or filter refused clone3 once: the program, given its
+    cgroup's folder, writes itself into `cgroup.procs` as before, and is there."""
+    monkeypatch.setattr(forking, "_vforks_into", False)
+    folder = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    procs = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        assert _where_the_program_is((procs, -1), folder) == (_relative(cgroup), 0)
+        assert forking.vforks_into() is False
+    finally:
+        os.close(folder)
+        os.close(procs)
+
+
+def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, queue: Queue) -> None:
+    """The whole path for command jobs: each program finds itself in its run's cgroup (born in
+    it where the C module and the host allow, else moved in before it runs)."""
+    job_ids = [queue.enqueue_command(["sh", "-c", "grep '^0::' /proc/self/cgroup"]) for _ in range(3)]
+    manager = procs.run_manager(queue, "--commands", "--containment", "cgroup", "--burst", "--concurrency", "2")
+    assert procs.wait_exit(manager, 30, "the burst manager") == 0, procs.log(manager)
+    for job_id in job_ids:
+        job = queue.job(job_id)
+        output = (job.path / "attempt-1" / "stdout").read_text().strip()
+        assert output.endswith(f"/{job_id}.1"), output
