@@ -52,6 +52,18 @@ except ImportError:  # built without a C compiler: no run is born in its cgroup 
     fork_into = None
 
 RESULT = b"null\n"
+# A run's `policy.json` as forkvisor's claim writes it (the defaults, and where each came from).
+POLICY = json.dumps(
+    {
+        "max_attempts": 3,
+        "timeout": None,
+        "memory_limit": None,
+        "output_limit": 8 << 20,
+        "backoff": "exponential 1s 5m",
+        "sources": dict.fromkeys(("max_attempts", "timeout", "memory_limit", "output_limit", "backoff"), "default"),
+    },
+    indent=1,
+).encode()
 SPEC = b'{"function": "bench.noop", "args": [], "kwargs": {}}\n'
 TRUE = shutil.which("true") or "/bin/true"
 
@@ -239,8 +251,8 @@ class RecordingQueue(MinimalQueue):
     """The minimal queue plus every record forkvisor keeps of a job, as straight-line code,
     with the barriers of issue 30's decisions: what its guarantees and `forkvisor status`
     cost before any structure. Beyond the minimal queue, per job: `job.json` read; the
-    attempt counter (a dot-file renamed over it); the run's folder; an `events` line at the
-    claim and at the end. In the child: its own process group, the parent-death signal and
+    attempt counter (a dot-file renamed over it); the run's folder and its `policy.json`; an
+    `events` line at the claim and at the end. In the child: its own process group, the parent-death signal and
     the check of its parent, a title, stdout and stderr opened in the run's folder, a `pid`
     file, the FORKVISOR_* variables. After `wait4`: `outcome.json` (exit status and rusage),
     `result.json` linked into the job's folder, the move to done/.
@@ -306,7 +318,7 @@ class RecordingQueue(MinimalQueue):
 
     def _claim(self, entry: str) -> tuple[str, str]:
         """Take the job at `ready/entry` (`ID`, or `PRIORITY.ID` as submitted), read its function,
-        stage its count, make its run folder, log the claim; its id and function."""
+        stage its count, make its run folder with its policy, log the claim; its id and function."""
         job_id = entry.partition(".")[2] or entry
         job = f"{self.claimed}/{job_id}"
         os.rename(f"{self.ready}/{entry}", job)
@@ -314,6 +326,7 @@ class RecordingQueue(MinimalQueue):
             function = json.loads(spec_file.read())["function"]
         _write(f"{job}/.attempts.tmp", b"1\n", False)
         os.mkdir(f"{job}/attempt-1", 0o700)
+        _write(f"{job}/attempt-1/policy.json", POLICY, False)  # (not synced, as forkvisor's is not)
         _append(f"{job}/events", f"{time.time()} claimed: attempt 1/3 (run 1)\n")
         return job_id, function
 

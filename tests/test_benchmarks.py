@@ -72,6 +72,32 @@ def test_the_recording_queue_keeps_what_forkvisor_keeps_of_a_job(procs: Processe
         assert not [*job.glob(".*"), *run.glob(".*")]  # every staged count and outcome put in place
 
 
+def _names(job: Path) -> tuple[list[str], list[str]]:
+    """The names a done job's folder holds, and its first run's folder."""
+    return sorted(entry.name for entry in job.iterdir()), sorted(entry.name for entry in (job / "attempt-1").iterdir())
+
+
+@pytest.mark.parametrize("kind", ["python", "command"])
+def test_the_recording_queues_write_the_files_forkvisor_writes(procs: Processes, disk: Path, kind: str) -> None:
+    """File for file, a done job of each recording queue holds what forkvisor's done job holds
+    (a floor that skips one of forkvisor's records is no floor)."""
+    if kind == "command" and not forking.CAN_VFORK:
+        pytest.skip("the C module that vforks command jobs is not built here")
+    from benchmarks.tasks import noop, registry
+    from jobs import Call, Queue, command_call
+    from supervisor import Manager
+
+    queue = Queue(disk / "fv")
+    queue.enqueue_many([Call(noop) if kind == "python" else command_call([commands.TRUE])])
+    Manager(queue, registry, concurrency=1, commands=kind == "command").run(burst=True)
+    (done,) = (queue.path / "done").iterdir()
+    recording = (references.RecordingQueue if kind == "python" else references.CommandRecordingQueue)(disk / "rec")
+    recording.fill(1)
+    assert recording.run(1, durable=False) == 1
+    (floor,) = recording.done.iterdir()
+    assert _names(floor) == _names(done)
+
+
 def test_the_contained_recording_queue_runs_each_job_in_a_cgroup_of_its_own(procs: Processes, disk: Path) -> None:
     with references.RunCgroups.here() as cgroups:
         if cgroups is None:
