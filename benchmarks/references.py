@@ -209,7 +209,8 @@ class RunCgroups:
         os.mkdir(path)
         born = self.born and (forked or forking.vforks_into())
         folder = os.open(path, _O_DIR) if born else -1
-        procs = -1 if born else os.open(f"{path}/cgroup.procs", _O_PROCS)
+        # (a vforked child's too, as forkvisor opens it: it moves in if clone3 is refused)
+        procs = -1 if born and forked else os.open(f"{path}/cgroup.procs", _O_PROCS)
         memory = -1
         if self.memory is not None:
             os.mkdir(f"{self.memory}/{name}")

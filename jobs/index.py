@@ -9,10 +9,12 @@ of claims that grows with it too. It rescans when it runs dry, or when the last 
 `STALE_FACTOR` times that scan's own duration, so scanning costs a bounded
 share of the time whatever the folder's size. Names the caller learns of in
 between (inotify tells the manager each new name) are added at once when they
-cannot jump over names the index has not seen. Once a watcher feeds it (`note`),
-the index needs no scan to see new names, only when it runs dry, so it rescans
-at most once a second: a safety net for events the kernel dropped. Names another
-manager claimed meanwhile cost one failed rename each, not a scan.
+cannot jump over names the index has not seen. Once a watcher feeds it (`note`,
+or `watching` as the watch is set up), the index needs no scan to see new names,
+only when it runs dry, so it rescans at most once a second: a safety net for
+events the kernel dropped (and, on NFS, for other hosts' jobs, which make no
+event here). Names another manager claimed meanwhile cost one failed rename
+each, not a scan.
 
 Names the claimer gave back (jobs it cannot run: `skip`) are never handed out
 again, nor kept by a scan, as long as they stay in `ready/`: a head of jobs for

@@ -259,3 +259,40 @@ def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, qu
         job = queue.job(job_id)
         output = (job.path / "attempt-1" / "stdout").read_text().strip()
         assert output.endswith(f"/{job_id}.1"), output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not forking.vforks_into(), reason="the C module cannot vfork into a cgroup here (x86-64 only)")
+def test_many_vforks_into_cgroups_leave_the_managers_memory_intact(cgroup: str) -> None:
+    """The child of `clone3` with CLONE_VM runs on the manager's stack until it execs, and the
+    parent returns through the frames it used: a mistake in the assembly's return would
+    corrupt them, or the heap. Programs that run, that are missing, in another folder, each
+    born in a new cgroup, with collections in between; in a forked child, so a crash fails
+    only this test."""
+    import ast
+    import gc
+
+    source = Path(forking.__file__).read_text()
+
+    def spawn_and_collect() -> int:
+        for number in range(300):
+            program = ("true",) if number % 3 else ("no-such-program-here",)
+            run = os.path.join(cgroup, f"run-{number}")
+            os.mkdir(run)
+            folder = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                where = None if number % 5 else "/"
+                pid = forking.vfork_exec(program, dict(os.environ), (0, 1, 2), where, born_in=folder)
+            finally:
+                os.close(folder)
+            status = forking.wait_for(pid, 10)
+            assert status is not None, number
+            assert status.code == (0 if number % 3 else 127), (number, status)
+            os.rmdir(run)
+            ast.parse(source)  # many objects made and freed
+            gc.collect()
+        assert forking.vforks_into()  # never fell back: every child was born in its cgroup
+        return 0
+
+    child = forking.start_child(spawn_and_collect)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
