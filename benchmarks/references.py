@@ -202,15 +202,13 @@ class RunCgroups:
 
     def make(self, name: str, forked: bool = True) -> tuple[int, int, int]:
         """Make run `name`'s cgroups; return what its child needs, each -1 where not needed:
-        the cgroup's folder to be born in (where the host allows: a `forked` child, or a
-        vforked one where `forking.vforks_into`), its `cgroup.procs` and the memory cgroup's
-        to enter."""
+        the cgroup's folder to be born in (a `forked` child, where the host allows), its
+        `cgroup.procs` and the memory cgroup's to enter."""
         path = f"{self.runs}/{name}"
         os.mkdir(path)
-        born = self.born and (forked or forking.vforks_into())
+        born = forked and self.born
         folder = os.open(path, _O_DIR) if born else -1
-        # (a vforked child's too, as forkvisor opens it: it moves in if clone3 is refused)
-        procs = -1 if born and forked else os.open(f"{path}/cgroup.procs", _O_PROCS)
+        procs = -1 if born else os.open(f"{path}/cgroup.procs", _O_PROCS)
         memory = -1
         if self.memory is not None:
             os.mkdir(f"{self.memory}/{name}")
@@ -253,10 +251,10 @@ class RecordingQueue(MinimalQueue):
     with the barriers of issue 30's decisions: what its guarantees and `forkvisor status`
     cost before any structure. Beyond the minimal queue, per job: `job.json` read; the
     attempt counter (a dot-file renamed over it); the run's folder and its `policy.json`; an
-    `events` line at the claim and at the end. In the child: its own process group, the parent-death signal and
-    the check of its parent, a title, stdout and stderr opened in the run's folder, a `pid`
-    file, the FORKVISOR_* variables. After `wait4`: `outcome.json` (exit status and rusage),
-    `result.json` linked into the job's folder, the move to done/.
+    `events` line at the claim and at the end. In the child: its own process group, the
+    parent-death signal and the check of its parent, a title, stdout and stderr opened in the
+    run's folder, a `pid` file, the FORKVISOR_* variables. After `wait4`: `outcome.json`
+    (exit status and rusage), `result.json` linked into the job's folder, the move to done/.
 
     Durable, the decisions' best: each child is forked before its count is on disk and waits
     at a gate (a pipe) until it is; the counts of one turn's claims share their barriers (every
@@ -370,9 +368,8 @@ class CommandRecordingQueue(RecordingQueue):
     opens the run's output files and writes its `pid` file. A vforked child cannot wait at a
     gate, so the counts of one turn's claims are on disk, their barriers shared, before any
     of them starts. No result to link: a command's is its exit status, in `outcome.json`.
-    With `RunCgroups`, the vforked child is in its run's cgroups before exec, as forkvisor's
-    is: born in its v2 cgroup where the C module and the host allow (`forking.vforks_into`),
-    else moved in; on a hybrid host it enters its v1 memory cgroup too."""
+    With `RunCgroups`, the vforked child enters its run's cgroups before exec, as
+    forkvisor's does (see docs/DECISIONS.md on why it is not born in them)."""
 
     RESULT_LINKED = False
 
@@ -386,9 +383,9 @@ class CommandRecordingQueue(RecordingQueue):
             output = [os.open(f"{run}/{name}", _OUTPUT, 0o600) for name in ("stdout", "stderr")]
             stdin = os.open(os.devnull, os.O_RDONLY)
             variables = {"FORKVISOR_QUEUE": job, "FORKVISOR_JOB_ID": job_id, "FORKVISOR_ATTEMPT_DIR": run}
-            folder, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
-            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory), folder)
-            for fd in (stdin, *output, folder, procs, memory):
+            _, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
+            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory))
+            for fd in (stdin, *output, procs, memory):
                 if fd >= 0:
                     os.close(fd)
             _write(f"{run}/pid", f"{pid}\n".encode(), False)

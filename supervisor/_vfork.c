@@ -8,7 +8,7 @@
  * parent-death signal and the check that the manager did not die before it was armed,
  * stdin, stdout and stderr, the job's folder, the signals at their default, unblocked.
  *
- * spawn(candidates, argv, envp, stdin, stdout, stderr, cwd, manager, cgroup, memory[, into])
+ * spawn(candidates, argv, envp, stdin, stdout, stderr, cwd, manager)
  *     -> (pid, stage, errno)
  * candidates: the paths to try, in order (the program looked up in PATH by the caller);
  * argv, envp: lists of bytes; cwd: bytes or None; manager: the pid the child must find as
@@ -139,66 +139,13 @@ static pid_t Py_NO_INLINE start(struct job *job) {
     return pid;
 }
 
-/* -- vfork into a cgroup ------------------------------------------------------------------
- *
- * A vforked child that writes itself into its run's cgroup.procs is migrated, and the
- * manager, suspended until the child execs, waits for the migration: without cgroup2's
- * favordynmods an RCU grace period now and then (see fork_into below). clone3 with
- * CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP makes the child in its cgroup at once, as
- * vfork would. glibc has no wrapper, and a child sharing the caller's stack cannot return
- * through a C function's frame: so this is glibc's own vfork, in assembly, with clone3 in
- * it. The return address leaves the stack before the system call (the child's calls will
- * write over it) and is kept in a register, which each process has its own of. The parent
- * puts it back and returns; the child jumps to it, leaving the shadow stack's entry (where
- * the CPU keeps one) to the parent. x86-64 only; elsewhere the child moves itself in. */
-#if defined(__x86_64__) && defined(SYS_clone3)
-#define SPAWNS_INTO 1
-long fv_clone3_vfork(struct clone_args *args, size_t size) __attribute__((returns_twice));
-__asm__(".text\n"
-        ".type fv_clone3_vfork, @function\n"
-        "fv_clone3_vfork:\n"
-        "    popq %rdx\n" /* the return address, out of the shared stack */
-        "    movl $" Py_STRINGIFY(SYS_clone3) ", %eax\n"
-        "    syscall\n" /* clone3(args, size): rdi, rsi */
-        "    testq %rax, %rax\n"
-        "    jz 1f\n"
-        "    pushq %rdx\n" /* the parent (or an error, -errno) */
-        "    ret\n"
-        "1:  jmp *%rdx\n" /* the child */
-        ".size fv_clone3_vfork, .-fv_clone3_vfork\n");
-
-static pid_t Py_NO_INLINE start_into(struct job *job, int cgroup) {
-    struct clone_args clone = {
-        .flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP,
-        .exit_signal = SIGCHLD,
-        .cgroup = (uint64_t)cgroup,
-    };
-    long pid = fv_clone3_vfork(&clone, sizeof clone);
-    if (pid == 0)
-        child_exec(job);
-    if (pid < 0) {
-        errno = (int)-pid;
-        return -1;
-    }
-    return (pid_t)pid;
-}
-#else
-#define SPAWNS_INTO 0
-static pid_t start_into(struct job *job, int cgroup) {
-    (void)job, (void)cgroup;
-    errno = ENOSYS;
-    return -1;
-}
-#endif
-
 static PyObject *spawn(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *candidates, *argv, *envp, *cwd;
     struct job job = {.stage = STAGE_RUNS, .error = 0};
-    int manager, into = -1;
-    if (!PyArg_ParseTuple(args, "O!O!O!iiiOiii|i", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type,
-                          &envp, &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager, &job.cgroup, &job.memory,
-                          &into))
+    int manager;
+    if (!PyArg_ParseTuple(args, "O!O!O!iiiOiii", &PyList_Type, &candidates, &PyList_Type, &argv, &PyList_Type, &envp,
+                          &job.stdio[0], &job.stdio[1], &job.stdio[2], &cwd, &manager, &job.cgroup, &job.memory))
         return NULL;
     if (cwd != Py_None && (job.cwd = PyBytes_AsString(cwd)) == NULL)
         return NULL; /* not bytes */
@@ -209,7 +156,7 @@ static PyObject *spawn(PyObject *module, PyObject *args) {
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_BLOCK, &all, &old);
-        pid_t pid = into >= 0 ? start_into(&job, into) : start(&job);
+        pid_t pid = start(&job);
         int fork_error = errno;
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (pid < 0) {
@@ -302,9 +249,7 @@ static PyObject *fork_into(PyObject *module, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"spawn", spawn, METH_VARARGS,
-     "vfork (into the cgroup whose folder is open as `into`, if given), set up and exec a command job's program; "
-     "(pid, stage, errno)"},
+    {"spawn", spawn, METH_VARARGS, "vfork, set up and exec a command job's program; (pid, stage, errno)"},
     {"fork_into", fork_into, METH_VARARGS, "os.fork, the child born in the cgroup whose folder is open as the argument"},
     {NULL, NULL, 0, NULL},
 };
@@ -319,7 +264,7 @@ PyMODINIT_FUNC PyInit__vfork(void) {
         return NULL;
     const struct { const char *name; int value; } stages[] = {
         {"STAGE_RUNS", STAGE_RUNS}, {"STAGE_SETUP", STAGE_SETUP}, {"STAGE_ORPHANED", STAGE_ORPHANED},
-        {"STAGE_CWD", STAGE_CWD}, {"STAGE_EXEC", STAGE_EXEC}, {"SPAWNS_INTO", SPAWNS_INTO},
+        {"STAGE_CWD", STAGE_CWD}, {"STAGE_EXEC", STAGE_EXEC},
     };
     for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
         if (PyModule_AddIntConstant(created, stages[i].name, stages[i].value) != 0) {

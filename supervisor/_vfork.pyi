@@ -4,7 +4,6 @@ STAGE_SETUP: int
 STAGE_ORPHANED: int
 STAGE_CWD: int
 STAGE_EXEC: int
-SPAWNS_INTO: int  # 1 where `spawn` can start its child in a cgroup (`into`), else 0
 
 def spawn(
     candidates: list[bytes],
@@ -17,7 +16,6 @@ def spawn(
     manager: int,
     cgroup: int,
     memory: int,
-    into: int = -1,
     /,
 ) -> tuple[int, int, int]: ...
 def fork_into(cgroup: int, /) -> int: ...

@@ -160,39 +160,24 @@ def vfork_exec(
     stdio: tuple[int, int, int],
     cwd: str | None,
     cgroups: Cgroups = NO_CGROUPS,
-    born_in: int = -1,
 ) -> int:
     """Start `program` (looked up in `env`'s PATH) as a forked child would be set up (its own
     process group, death with the manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at
     their default, in its run's cgroups if `cgroups`, their `cgroup.procs`, are given)
-    without copying the manager: `supervisor/_vfork.c`. `born_in`, the run's cgroup folder
-    (open), if given: the child is born in it where the host allows, and waits for no
-    migration (the manager waits for the child's until it execs); else it writes itself into
-    `cgroups[0]`. Return its pid. If it could not start, it has exited (70, 71, 126 or 127
-    as a forked child would) and why is written to its stderr. OSError if the host cannot
-    create a process. Needs `CAN_VFORK`."""
-    global _vforks_into
+    without copying the manager: `supervisor/_vfork.c`. Return its pid. If it could not
+    start, it has exited (70, 71, 126 or 127 as a forked child would) and why is written to
+    its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
     name = program[0]
     paths = [name] if os.path.dirname(name) else [os.path.join(folder, name) for folder in os.get_exec_path(env)]
-    words = (
+    pid, stage, error = _vfork.spawn(
         [os.fsencode(path) for path in paths],
         [os.fsencode(word) for word in program],
         [os.fsencode(f"{key}={value}") for key, value in env.items()],
         *stdio,
         None if cwd is None else os.fsencode(cwd),
         os.getpid(),
+        *cgroups,
     )
-    procs, memory = cgroups
-    if _vforks_into and born_in >= 0:
-        try:
-            pid, stage, error = _vfork.spawn(*words, -1, memory, born_in)
-        except OSError as exc:
-            if exc.errno not in _NOT_HERE:
-                raise  # EAGAIN, ENOMEM: the host cannot make a process now
-            _vforks_into = False  # (an old kernel, a seccomp filter): moved in, from now on
-            pid, stage, error = _vfork.spawn(*words, procs, memory)
-    else:
-        pid, stage, error = _vfork.spawn(*words, procs, memory)
     if stage not in (_vfork.STAGE_RUNS, _vfork.STAGE_ORPHANED):  # (orphaned: its manager is gone)
         _say_why(stage, error, name, cwd, stdio[2])
     return pid
@@ -214,8 +199,6 @@ def _say_why(stage: int, error: int, name: str, cwd: str | None, stderr: int) ->
 # False once it said it cannot, and for good.
 _forks_into = CAN_VFORK and hasattr(_vfork, "fork_into")  # (a C module built before it had it: no)
 _NOT_HERE = (errno.ENOSYS, errno.EINVAL, errno.E2BIG, errno.EPERM, errno.EACCES)
-# And a vforked one (`vfork_exec`): where the C module can (x86-64), until the host says it cannot.
-_vforks_into = _forks_into and bool(getattr(_vfork, "SPAWNS_INTO", 0))
 
 
 def _fork(cgroup: BirthCgroup | None) -> tuple[int, int]:
@@ -237,12 +220,6 @@ def _fork(cgroup: BirthCgroup | None) -> tuple[int, int]:
                 _forks_into = False
             # ENOTSUP: this process has other threads now (or another C library): os.fork
     return os.fork(), procs
-
-
-def vforks_into() -> bool:
-    """Whether `vfork_exec` starts a child in the cgroup it is given (`born_in`) here, as far
-    as this process knows (the C module can, and the host has not refused)."""
-    return _vforks_into
 
 
 def forks_into(path: str) -> bool:

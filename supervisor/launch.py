@@ -125,7 +125,7 @@ class Launcher:
 
                 def spawn() -> int:
                     self._counted(claim)  # a spawned child cannot wait at a gate
-                    return spawner.spawn(claim, command, environment, mode, cgroups, cgroup[0] if cgroup else -1)
+                    return spawner.spawn(claim, command, environment, mode, cgroups)
 
                 return spawn, None
         else:

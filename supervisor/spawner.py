@@ -57,18 +57,11 @@ class Spawner:
     enters_cgroup = False  # whether its process can enter the run's cgroup before the program runs
 
     def spawn(
-        self,
-        claim: Claim,
-        command: Command,
-        environment: dict[str, str],
-        file_mode: int,
-        cgroups: Cgroups = NO_CGROUPS,
-        born_in: int = -1,
+        self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int, cgroups: Cgroups = NO_CGROUPS
     ) -> int:
-        """Start the command job's process (in the run's cgroups, given their `cgroup.procs`,
-        and born in the first where `born_in`, its folder, is given: only where
-        `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a sweeper took
-        the claim back); OSError if the host cannot spawn."""
+        """Start the command job's process (in the run's cgroups, given their `cgroup.procs`:
+        only where `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a
+        sweeper took the claim back); OSError if the host cannot spawn."""
         try:
             run = run_folder.open_run(claim.place, claim.run)
         except FileNotFoundError:
@@ -81,7 +74,7 @@ class Spawner:
             stdin, stdout, stderr = opened
             # Absolute, as os.chdir would take it: sh's cd looks a relative one up in $CDPATH.
             cwd = os.path.join(os.getcwd(), command.cwd) if command.cwd else None
-            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd, cgroups, born_in)
+            pid = self.start(command.argv, environment, (stdin, stdout, stderr), cwd, cgroups)
             try:
                 run_folder.write_pid(run, file_mode, pid)
             except OSError:
@@ -98,7 +91,6 @@ class Spawner:
         stdio: tuple[int, int, int],
         cwd: str | None,
         cgroups: Cgroups = NO_CGROUPS,
-        born_in: int = -1,
     ) -> int:
         """Start `program` with `stdio` as its 0, 1 and 2, in `cwd` (None: where the manager
         is); return its pid."""
@@ -137,9 +129,8 @@ class Vforked(Spawner):
         stdio: tuple[int, int, int],
         cwd: str | None,
         cgroups: Cgroups = NO_CGROUPS,
-        born_in: int = -1,
     ) -> int:
-        return forking.vfork_exec(program, env, stdio, cwd, cgroups, born_in)
+        return forking.vfork_exec(program, env, stdio, cwd, cgroups)
 
 
 @dataclass(frozen=True)
@@ -181,7 +172,6 @@ class Chained(Spawner):
         stdio: tuple[int, int, int],
         cwd: str | None,
         cgroups: Cgroups = NO_CGROUPS,
-        born_in: int = -1,
     ) -> int:
         return forking.spawn(self.setpriv, self.argv(os.getpid(), cwd, program), env, stdio)
 

@@ -158,6 +158,18 @@ def test_the_heavy_app_benchmark_runs(procs: Processes, disk: Path) -> None:
     assert all(floor["median"] > 0 for floor in results["floors"].values())
 
 
+def test_the_containment_benchmark_runs(procs: Processes, disk: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import containment as benchmark
+    from supervisor.containment import CgroupContainment, detect
+
+    if not isinstance(found := detect(), CgroupContainment):
+        pytest.skip(f"no cgroup per run here: {found.describe()}")
+    benchmark.main(["--dir", str(disk), "--runs", "4", "--rounds", "1", "--jobs", "4", "--starts", "8", "--gap", "1"])
+    out = capsys.readouterr().out
+    assert "A run's life with and without a cgroup" in out
+    assert "A run's start" in out or "no child is born in its cgroup here" in out
+
+
 def test_the_latency_benchmark_runs(procs: Processes, disk: Path) -> None:
     results = latency.main(["--dir", str(disk), "--jobs", "5", "--gap", "1"])
     for who in ("forkvisor", "reference", "recording"):  # the recording server's children stamped their starts

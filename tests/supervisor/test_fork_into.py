@@ -205,53 +205,10 @@ def test_a_manager_s_jobs_are_born_in_their_run_s_cgroup_and_keep_nothing_of_it(
         assert held == [], f"the job holds the manager's cgroup descriptors: {report['fds']}"
 
 
-def _where_the_program_is(cgroups: forking.Cgroups, born_in: int) -> tuple[str, int]:
-    """vfork a program with `vfork_exec`; its own cgroup v2 as it sees it, and its exit status."""
-    read_end, write_end = os.pipe()
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        program = ("sh", "-c", "grep '^0::' /proc/self/cgroup")
-        pid = forking.vfork_exec(program, dict(os.environ), (null, write_end, write_end), None, cgroups, born_in)
-    finally:
-        os.close(write_end)
-        os.close(null)
-    with os.fdopen(read_end, "rb") as seen:
-        where = seen.read().decode().strip().removeprefix("0::")
-    _, status = os.waitpid(pid, 0)
-    return where, os.waitstatus_to_exitcode(status)
-
-
-@pytest.mark.skipif(not forking.vforks_into(), reason="the C module cannot vfork into a cgroup here (x86-64 only)")
-def test_a_vforked_program_is_born_in_its_cgroup_without_moving(cgroup: str) -> None:
-    """A command job's program, vforked by the C module with clone3: no `cgroup.procs` to write
-    itself into (-1), so only a child born there is there; the manager, suspended until the
-    child execs, waits for no migration."""
-    folder = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        assert _where_the_program_is((-1, -1), folder) == (_relative(cgroup), 0)
-    finally:
-        os.close(folder)
-
-
-def test_where_a_vforked_program_cannot_be_born_in_its_cgroup_it_moves_in(
-    cgroup: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A host whose kernel (before 5.7) or filter refused clone3 once: the program, given its
-    cgroup's folder, writes itself into `cgroup.procs` as before, and is there."""
-    monkeypatch.setattr(forking, "_vforks_into", False)
-    folder = os.open(cgroup, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    procs = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        assert _where_the_program_is((procs, -1), folder) == (_relative(cgroup), 0)
-        assert forking.vforks_into() is False
-    finally:
-        os.close(folder)
-        os.close(procs)
-
-
 def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, queue: Queue) -> None:
-    """The whole path for command jobs: each program finds itself in its run's cgroup (born in
-    it where the C module and the host allow, else moved in before it runs)."""
+    """The whole path for command jobs: each program finds itself in its run's cgroup (a
+    vforked or spawned child moves itself in before its exec; docs/DECISIONS.md says why it
+    is not born there)."""
     job_ids = [queue.enqueue_command(["sh", "-c", "grep '^0::' /proc/self/cgroup"]) for _ in range(3)]
     manager = procs.run_manager(queue, "--commands", "--containment", "cgroup", "--burst", "--concurrency", "2")
     assert procs.wait_exit(manager, 30, "the burst manager") == 0, procs.log(manager)
@@ -259,40 +216,3 @@ def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, qu
         job = queue.job(job_id)
         output = (job.path / "attempt-1" / "stdout").read_text().strip()
         assert output.endswith(f"/{job_id}.1"), output
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not forking.vforks_into(), reason="the C module cannot vfork into a cgroup here (x86-64 only)")
-def test_many_vforks_into_cgroups_leave_the_managers_memory_intact(cgroup: str) -> None:
-    """The child of `clone3` with CLONE_VM runs on the manager's stack until it execs, and the
-    parent returns through the frames it used: a mistake in the assembly's return would
-    corrupt them, or the heap. Programs that run, that are missing, in another folder, each
-    born in a new cgroup, with collections in between; in a forked child, so a crash fails
-    only this test."""
-    import ast
-    import gc
-
-    source = Path(forking.__file__).read_text()
-
-    def spawn_and_collect() -> int:
-        for number in range(300):
-            program = ("true",) if number % 3 else ("no-such-program-here",)
-            run = os.path.join(cgroup, f"run-{number}")
-            os.mkdir(run)
-            folder = os.open(run, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                where = None if number % 5 else "/"
-                pid = forking.vfork_exec(program, dict(os.environ), (0, 1, 2), where, born_in=folder)
-            finally:
-                os.close(folder)
-            status = forking.wait_for(pid, 10)
-            assert status is not None, number
-            assert status.code == (0 if number % 3 else 127), (number, status)
-            os.rmdir(run)
-            ast.parse(source)  # many objects made and freed
-            gc.collect()
-        assert forking.vforks_into()  # never fell back: every child was born in its cgroup
-        return 0
-
-    child = forking.start_child(spawn_and_collect)
-    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
