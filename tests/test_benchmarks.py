@@ -24,7 +24,9 @@ from benchmarks import (
     throughput,
     web,
 )
-from supervisor import forking
+from benchmarks.tasks import noop, registry
+from jobs import Call, Queue, command_call
+from supervisor import Manager, forking
 from supervisor.spawner import Spawner
 from tests.processes import Processes
 
@@ -83,10 +85,6 @@ def test_the_recording_queues_write_the_files_forkvisor_writes(procs: Processes,
     (a floor that skips one of forkvisor's records is no floor)."""
     if kind == "command" and not forking.CAN_VFORK:
         pytest.skip("the C module that vforks command jobs is not built here")
-    from benchmarks.tasks import noop, registry
-    from jobs import Call, Queue, command_call
-    from supervisor import Manager
-
     queue = Queue(disk / "fv")
     queue.enqueue_many([Call(noop) if kind == "python" else command_call([commands.TRUE])])
     Manager(queue, registry, concurrency=1, commands=kind == "command").run(burst=True)
