@@ -21,6 +21,7 @@ from benchmarks import (
     progress,
     references,
     spawning,
+    steps,
     throughput,
     web,
 )
@@ -166,6 +167,16 @@ def test_the_containment_benchmark_runs(procs: Processes, disk: Path, capsys: py
     out = capsys.readouterr().out
     assert "A run's life with and without a cgroup" in out
     assert "A run's start" in out or "no child is born in its cgroup here" in out
+
+
+def test_the_steps_benchmark_runs(procs: Processes, disk: Path) -> None:
+    if not forking.CAN_VFORK:
+        pytest.skip("the C module that vforks command jobs is not built here")
+    results = steps.main(["--dir", str(disk), "--jobs", "10", "--rounds", "1"])
+    for who in ("forkvisor", "floor"):
+        assert results[who]["the turn"]["median"] > 0
+        assert results[who]["claim"]["median"] > 0  # each step's clock ran
+        assert results[who]["end, records"]["median"] > 0
 
 
 def test_the_latency_benchmark_runs(procs: Processes, disk: Path) -> None:
