@@ -130,7 +130,7 @@ def measure(root: Path, jobs: int, rounds: int) -> dict[str, dict[str, list[floa
         ]
         for round_number in range(rounds):
             for who, way in ways if round_number % 2 == 0 else reversed(ways):
-                with common.scratch(root, f"steps-{who.replace(' ', '-')}") as folder:
+                with common.scratch(root, f"steps-{who}") as folder:
                     for step, micros in way(folder / "q").items():
                         found[who].setdefault(step, []).append(micros)
     return found

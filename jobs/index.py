@@ -163,7 +163,7 @@ class ReadyIndex:
         backlog arrived before any news would otherwise rescan the whole folder every few dozen
         claims (a twentieth of its time, `STALE_FACTOR`) to find names it already holds."""
         self._watched = True
-        self._scanned_at = float("-inf")
+        self.forget_scan()
 
     def skip(self, name: str) -> None:
         """Never hand out `name` again while it stays in `ready/` (the claimer cannot run it)."""

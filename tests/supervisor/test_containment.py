@@ -267,3 +267,16 @@ def test_a_run_cgroup_removed_before_it_was_opened_leaves_the_run_without_one(tm
     found = CgroupContainment(str(tmp_path)).new_run("owner", "20261127-193321-736914-842e191e", 2)
     assert found is None
     assert not (tmp_path / "owner" / "20261127-193321-736914-842e191e.2").exists()  # not left behind
+
+
+@pytest.mark.skipif(bool(WHY_NO_CGROUP), reason=WHY_NO_CGROUP)
+def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, queue: Queue) -> None:
+    """Each command job's program finds itself in its run's cgroup: a vforked or spawned child
+    moves itself in before its exec (docs/DECISIONS.md says why it is not born there)."""
+    job_ids = [queue.enqueue_command(["sh", "-c", "grep '^0::' /proc/self/cgroup"]) for _ in range(3)]
+    manager = procs.run_manager(queue, "--commands", "--containment", "cgroup", "--burst", "--concurrency", "2")
+    assert procs.wait_exit(manager, 30, "the burst manager") == 0, procs.log(manager)
+    for job_id in job_ids:
+        job = queue.job(job_id)
+        output = (job.path / "attempt-1" / "stdout").read_text().strip()
+        assert output.endswith(f"/{job_id}.1"), output

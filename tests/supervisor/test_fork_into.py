@@ -203,16 +203,3 @@ def test_a_manager_s_jobs_are_born_in_their_run_s_cgroup_and_keep_nothing_of_it(
         assert report["cgroup"].endswith(f"/{job_id}.1"), report["cgroup"]
         held = [target for target in report["fds"].values() if target.startswith(("/sys/fs/cgroup", "cgroup"))]
         assert held == [], f"the job holds the manager's cgroup descriptors: {report['fds']}"
-
-
-def test_a_manager_s_command_jobs_are_in_their_run_s_cgroup(procs: Processes, queue: Queue) -> None:
-    """The whole path for command jobs: each program finds itself in its run's cgroup (a
-    vforked or spawned child moves itself in before its exec; docs/DECISIONS.md says why it
-    is not born there)."""
-    job_ids = [queue.enqueue_command(["sh", "-c", "grep '^0::' /proc/self/cgroup"]) for _ in range(3)]
-    manager = procs.run_manager(queue, "--commands", "--containment", "cgroup", "--burst", "--concurrency", "2")
-    assert procs.wait_exit(manager, 30, "the burst manager") == 0, procs.log(manager)
-    for job_id in job_ids:
-        job = queue.job(job_id)
-        output = (job.path / "attempt-1" / "stdout").read_text().strip()
-        assert output.endswith(f"/{job_id}.1"), output
