@@ -34,7 +34,7 @@ from jobs.folder import (
     entry_problem,
     frozen_run,
 )
-from jobs.handles import Dir, Entry
+from jobs.handles import Borrowed, Dir, Entry
 from jobs.index import ReadyIndex, Shares
 from jobs.job import JobSpec, State, parse_ready_name, ready_name, scheduled_name
 from jobs.lease import is_owner_name
@@ -299,14 +299,17 @@ class Claimer:
                 return ClaimState(False, False, False)
             raise
 
-    def finish(self, claim: Claim, end: RunEnd, now: float) -> Finished:
-        """`queue.serving.finish`: the job folder opened once; the outcome written, then the move
-        its verdict and `fate` choose."""
+    def finish(self, claim: Claim, end: RunEnd, now: float, run: int | None = None) -> Finished:
+        """`queue.serving.finish`: the job folder and its run's opened once (`run`: the run's
+        folder, opened already by the caller); the outcome written, then the move its verdict
+        and `fate` choose."""
         verdict = end.verdict
         with _open(self.folder, claim, "record the outcome of") as job:
-            self._write_outcome(job, claim, end.record(), now)
+            with _run_folder(self.folder, job, claim, now, run) as folder:
+                self._write_outcome(folder, end.record(), now)
+                if verdict is Verdict.DONE:
+                    self._complete(job, claim, now, folder)
             if verdict is Verdict.DONE:
-                self._complete(job, claim, now)
                 return Finished(State.DONE, verdict)
             if verdict is Verdict.RELEASED:
                 return Finished(self._release(job, claim, now, "released by the manager's shutdown"), verdict)
@@ -317,8 +320,11 @@ class Claimer:
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
         """`queue.serving.record_outcome`: `outcome.json` in the run folder, made anew if the job replaced it."""
-        with _open(self.folder, claim, "record the outcome of") as job:
-            self._write_outcome(job, claim, outcome, now)
+        with (
+            _open(self.folder, claim, "record the outcome of") as job,
+            _run_folder(self.folder, job, claim, now) as run,
+        ):
+            self._write_outcome(run, outcome, now)
 
     def complete(self, claim: Claim, now: float) -> None:
         """`queue.serving.complete`: the result linked, the event logged and the folder made durable, then the move."""
@@ -335,14 +341,16 @@ class Claimer:
         with _open(self.folder, claim, "release") as job:
             self._release(job, claim, now, reason)
 
-    def _write_outcome(self, job: Dir, claim: Claim, outcome: Mapping[str, Any], now: float) -> None:
-        with _run_folder(self.folder, job, claim, now) as run:
-            self.folder.clear_the_way(run, OUTCOME_FILE, now)  # a job may have made a folder there
+    def _write_outcome(self, run: Dir, outcome: Mapping[str, Any], now: float) -> None:
+        try:
+            self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
+        except IsADirectoryError:  # the job made a folder there: moved aside, once
+            self.folder.clear_the_way(run, OUTCOME_FILE, now)
             self.folder.write_json(run / OUTCOME_FILE, dict(outcome))
 
-    def _complete(self, job: Dir, claim: Claim, now: float) -> None:
+    def _complete(self, job: Dir, claim: Claim, now: float, run: Dir | None = None) -> None:
         files.checkpoint("complete:opened")
-        _link_result(self.folder, job, claim, now)
+        _link_result(self.folder, job, claim, now, run)
         files.checkpoint("complete:result-linked")
         # Logged first: a kill right after the move must not leave the story without its end.
         self.folder.log_event(job, f"done: attempt {claim.attempt} (run {claim.run}) succeeded", now)
@@ -411,11 +419,14 @@ def _open(folder: QueueFolder, claim: Claim, verb: str) -> Dir:
         raise _lost(folder, claim, verb) from None
 
 
-def _run_folder(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Dir:
-    """The claim's run folder, opened without following a link. One the job removed, or put
-    a link or a file in the place of, is quarantined and made again: the manager's record
-    goes into a folder of its own, never where a link points."""
+def _run_folder(folder: QueueFolder, job: Dir, claim: Claim, now: float, opened: int | None = None) -> Dir:
+    """The claim's run folder (`opened`: its descriptor, the caller's to close), opened
+    without following a link. One the job removed, or put a link or a file in the place
+    of, is quarantined and made again: the manager's record goes into a folder of its
+    own, never where a link points."""
     name = f"attempt-{claim.run}"
+    if opened is not None:
+        return Borrowed(opened, f"{job.path}/{name}")
     try:
         return job.sub(name)
     except OSError as exc:
@@ -431,39 +442,70 @@ def _run_folder(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> Dir:
     return job.sub(name)
 
 
-def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float) -> None:
+def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float, run: Dir | None) -> None:
     """Make `result.json` the completing run's result, or remove one a lost run left.
-    Only a regular file is linked: whatever else the run left there is not its result."""
+    Only a regular file is linked: whatever else the run left there is not its result.
+    What stands in the way (a folder, a staging name a killed manager left) is found by
+    the call it stops, and cleared then: a run with no result costs two calls."""
     staging = f".{RESULT_FILE}.link"
     # The result goes in through the claim's path, not the handle: a manager stopped (SIGSTOP)
     # past its lease may resume after a sweep gave the job to another, and must not put its
     # run's result in the job the other now runs (the rename finds no place, the claim is lost).
     place = claim.place
-    for name in (RESULT_FILE, staging):
-        folder.clear_the_way(job, name, now)
-    files.unlink_if_there(staging, job.fd)
-    staged = _stage_result(job, claim.run, staging)
-    if staged is None:
-        files.unlink_if_there(f"{place.name}/{RESULT_FILE}", place.dir.fd)  # no result of this run
-        return
+    result = f"{place.name}/{RESULT_FILE}"
+    staged = _stage_result(folder, job, claim.run, run, staging, now)
     try:
-        os.replace(
-            f"{place.name}/{staged}", f"{place.name}/{RESULT_FILE}", src_dir_fd=place.dir.fd, dst_dir_fd=place.dir.fd
-        )
+        if staged is None:
+            _unlink_result(folder, job, result, place.dir, now)  # no result of this run
+        else:
+            _put_result(folder, job, f"{place.name}/{staged}", result, place.dir, now)
     except FileNotFoundError:
         files.unlink_if_there(staging, job.fd)  # ours, wherever the job is now
         raise _lost(folder, claim, "complete") from None
 
 
-def _stage_result(job: Dir, run: int, staging: str) -> str | None:
-    """Hard-link run `run`'s `result.json` into the job's folder as `staging`; return that
-    name, or None when the run left no regular file there. The run's folder is the job's to
-    write, so the entry itself is linked (`follow_symlinks=False`: a link stays a link) and
-    only then looked at, in the job's folder, where the job cannot replace it."""
+def _unlink_result(folder: QueueFolder, job: Dir, result: str, claimed: Dir, now: float) -> None:
     try:
-        with job.sub(f"attempt-{run}") as folder:
-            files.checkpoint("complete:result-checked")
-            os.link(RESULT_FILE, staging, src_dir_fd=folder.fd, dst_dir_fd=job.fd, follow_symlinks=False)
+        files.unlink_if_there(result, claimed.fd)
+    except (IsADirectoryError, PermissionError):  # a folder (EISDIR, EPERM): moved aside
+        folder.clear_the_way(job, RESULT_FILE, now)
+
+
+def _put_result(folder: QueueFolder, job: Dir, staged: str, result: str, claimed: Dir, now: float) -> None:
+    try:
+        os.replace(staged, result, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
+    except IsADirectoryError:  # a folder stands there: moved aside, once
+        folder.clear_the_way(job, RESULT_FILE, now)
+        os.replace(staged, result, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
+
+
+def _stage_result(folder: QueueFolder, job: Dir, number: int, run: Dir | None, staging: str, now: float) -> str | None:
+    """Hard-link run `number`'s `result.json` (in `run`, if given, its folder) into the job's
+    folder as `staging`; return that name, or None when the run left no regular file there.
+    The run's folder is the job's to write, so the entry itself is linked
+    (`follow_symlinks=False`: a link stays a link) and only then looked at, in the job's
+    folder, where the job cannot replace it."""
+    if run is not None:
+        return _staged(folder, job, run, staging, now)
+    try:
+        opened = job.sub(f"attempt-{number}")
+    except OSError as exc:
+        if exc.errno not in NOT_A_FOLDER:
+            raise
+        return None
+    with opened:
+        return _staged(folder, job, opened, staging, now)
+
+
+def _staged(folder: QueueFolder, job: Dir, run: Dir, staging: str, now: float) -> str | None:
+    files.checkpoint("complete:result-checked")
+    try:
+        try:
+            _link(run, job, staging)
+        except FileExistsError:  # left by a manager killed here (or a folder): cleared, once
+            folder.clear_the_way(job, staging, now)
+            files.unlink_if_there(staging, job.fd)
+            _link(run, job, staging)
     except OSError as exc:
         if exc.errno not in NOT_A_FOLDER and exc.errno != errno.EPERM:  # EPERM: a folder, never linked
             raise
@@ -472,6 +514,10 @@ def _stage_result(job: Dir, run: int, staging: str) -> str | None:
         return staging
     files.unlink_if_there(staging, job.fd)  # a link, a fifo or a device: not a result
     return None
+
+
+def _link(run: Dir, job: Dir, staging: str) -> None:
+    os.link(RESULT_FILE, staging, src_dir_fd=run.fd, dst_dir_fd=job.fd, follow_symlinks=False)
 
 
 def _waiting_place(folder: QueueFolder, spec: JobSpec, due: float, now: float) -> tuple[State, Entry]:

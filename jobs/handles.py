@@ -137,6 +137,19 @@ class Dir:
         return f"Dir({self.path!r}, fd={self.fd})"
 
 
+class Borrowed(Dir):
+    """A handle of a descriptor its caller keeps and closes: leaving a `with` block, or
+    being collected, leaves the descriptor open."""
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        self.fd = -1
+
+    def __del__(self) -> None:
+        pass
+
+
 def open_below(dir_fd: int, name: str) -> int:
     """The descriptor of folder `name` below the folder `dir_fd`, each of its parts opened
     without following a link (a plain descriptor, for the code of a job's child, where every

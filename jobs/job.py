@@ -19,7 +19,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from json.encoder import encode_basestring_ascii
@@ -325,26 +325,29 @@ def spec_json(document: dict[str, Any]) -> bytes:
 def _value_text(value: Any, pad: str = " ") -> str:
     """`value` as `json.dumps(value, indent=1)` writes it on a line indented by `pad`."""
     kind = type(value)
-    if kind is str:
-        return _quoted(value)
-    if kind is int:
-        return int.__repr__(value)
-    if value is None:
-        return "null"
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        return scalar(value)
     if kind is float and math.isfinite(value):
         return float.__repr__(value)
-    if kind is list and not value:
-        return "[]"
     if kind is dict and all(type(key) is str for key in value):  # (a record's nested fields: its cost, its error)
         if not value:
             return "{}"
         inner = pad + " "
-        fields = ",\n".join(f"{inner}{_quoted(key)}: {_value_text(item, inner)}" for key, item in value.items())
+        fields = ",\n".join([f"{inner}{_quoted(key)}: {_value_text(item, inner)}" for key, item in value.items()])
         return "{\n" + fields + "\n" + pad + "}"
+    if kind is list and not value:
+        return "[]"
     return json.dumps(value, indent=1, allow_nan=False).replace("\n", "\n" + pad)
 
 
 _quoted = encode_basestring_ascii  # what json.dumps uses for strings (ensure_ascii)
+_SCALARS: dict[type, Callable[[Any], str]] = {  # one lookup for the kinds most fields are
+    str: _quoted,
+    int: int.__repr__,
+    bool: lambda value: "true" if value else "false",
+    type(None): lambda value: "null",
+}
 
 
 _SPEC_TYPES: dict[str, tuple[type, ...]] = {

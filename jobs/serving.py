@@ -161,8 +161,8 @@ class Serving:
     def claim_state(self, claim: Claim) -> ClaimState:
         return self._claimer.state(claim)
 
-    def finish(self, claim: Claim, end: RunEnd, now: float | None = None) -> Finished:
-        return self._claimer.finish(claim, end, _now(now))
+    def finish(self, claim: Claim, end: RunEnd, now: float | None = None, run: int | None = None) -> Finished:
+        return self._claimer.finish(claim, end, _now(now), run)
 
     def record_outcome(self, claim: Claim, outcome: Mapping[str, Any], now: float | None = None) -> None:
         self._claimer.record_outcome(claim, outcome, _now(now))

@@ -17,8 +17,9 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import psutil
 
@@ -156,23 +157,24 @@ def spawn(path: str, argv: list[str], env: dict[str, str], stdio: tuple[int, int
 
 def vfork_exec(
     program: tuple[str, ...],
-    env: dict[str, str],
+    env: Mapping[str, str],
     stdio: tuple[int, int, int],
     cwd: str | None,
     cgroups: Cgroups = NO_CGROUPS,
 ) -> int:
-    """Start `program` (looked up in `env`'s PATH) as a forked child would be set up (its own
-    process group, death with the manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at
-    their default, in its run's cgroups if `cgroups`, their `cgroup.procs`, are given)
-    without copying the manager: `supervisor/_vfork.c`. Return its pid. If it could not
-    start, it has exited (70, 71, 126 or 127 as a forked child would) and why is written to
-    its stderr. OSError if the host cannot create a process. Needs `CAN_VFORK`."""
+    """Start `program` (looked up in the PATH of its environment: the manager's with `env`
+    over it) as a forked child would be set up (its own process group, death with the
+    manager, `stdio` as 0, 1 and 2, in `cwd`, the signals at their default, in its run's
+    cgroups if `cgroups`, their `cgroup.procs`, are given) without copying the manager:
+    `supervisor/_vfork.c`. Return its pid. If it could not start, it has exited (70, 71,
+    126 or 127 as a forked child would) and why is written to its stderr. OSError if the
+    host cannot create a process. Needs `CAN_VFORK`."""
+    environment = _manager_environment() | {os.fsencode(key): os.fsencode(value) for key, value in env.items()}
     name = program[0]
-    paths = [name] if os.path.dirname(name) else [os.path.join(folder, name) for folder in os.get_exec_path(env)]
     pid, stage, error = _vfork.spawn(
-        [os.fsencode(path) for path in paths],
+        _candidates(name, environment.get(b"PATH")),
         [os.fsencode(word) for word in program],
-        [os.fsencode(f"{key}={value}") for key, value in env.items()],
+        [key + b"=" + value for key, value in environment.items()],
         *stdio,
         None if cwd is None else os.fsencode(cwd),
         os.getpid(),
@@ -181,6 +183,40 @@ def vfork_exec(
     if stage not in (_vfork.STAGE_RUNS, _vfork.STAGE_ORPHANED):  # (orphaned: its manager is gone)
         _say_why(stage, error, name, cwd, stdio[2])
     return pid
+
+
+PROGRAMS_KEPT = 256  # programs whose candidate files are kept (a queue of many programs: the first ones)
+
+
+class _Encoded:  # (a namespace: the module's one cache)
+    """The manager's environment, encoded for an exec: made again only when `os.environ`
+    changed. Merging and encoding it for every command job cost about 35 µs, as much as the
+    rest of the job's Python around its spawn; comparing CPython's dict of bytes behind
+    `os.environ` with the copy costs about one."""
+
+    seen: ClassVar[dict[bytes, bytes] | None] = None
+    paths: ClassVar[dict[tuple[bytes | None, str], list[bytes]]] = {}
+
+
+def _manager_environment() -> dict[bytes, bytes]:
+    current = getattr(os.environ, "_data", None)  # (another Python: os.environb, read whole each time)
+    seen = _Encoded.seen
+    if seen is None or current is None or current != seen:
+        seen = _Encoded.seen = dict(os.environb if current is None else current)
+        _Encoded.paths.clear()
+    return seen
+
+
+def _candidates(name: str, path: bytes | None) -> list[bytes]:
+    """The files `name` may be, in order: itself if it names a folder, else it in each of `path`'s folders."""
+    found = _Encoded.paths.get((path, name))
+    if found is None:
+        if len(_Encoded.paths) >= PROGRAMS_KEPT:
+            _Encoded.paths.clear()
+        folders = os.get_exec_path({"PATH": os.fsdecode(path)} if path is not None else {})
+        words = [name] if os.path.dirname(name) else [os.path.join(folder, name) for folder in folders]
+        found = _Encoded.paths[(path, name)] = [os.fsencode(word) for word in words]
+    return found
 
 
 def _say_why(stage: int, error: int, name: str, cwd: str | None, stderr: int) -> None:

@@ -7,10 +7,12 @@ error and traceback the child recorded, and the tail of its stderr.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from jobs import COMMAND, Claim, RunEnd, format_size, output, run_folder
@@ -21,18 +23,21 @@ STDERR_TAIL_BYTES = 4096
 log = logging.getLogger(__name__)
 
 
-def run_end(running: Running, status: ExitStatus, now_wall: float) -> RunEnd:
+def run_end(running: Running, status: ExitStatus, now_wall: float, run: int | None = None) -> RunEnd:
     """How the run ended, decoded once: its exit, why its manager stopped it, its outcome
-    record; the store decides from it where the job goes (`queue.serving.finish`)."""
-    run = _open_run(running.claim)
-    try:
-        outcome = _outcome(running, status, now_wall, run)
-        outcome["output_dropped"] = _compacted(running, run)
-        # Whether it returned matters only for a run a drain stopped after it exited 0.
-        returned = status.code == EXIT_OK and running.stopped is Stop.DRAIN and _has_result(run)
-    finally:
-        if run is not None:
-            os.close(run)
+    record; the store decides from it where the job goes (`queue.serving.finish`). `run`:
+    the run's folder (`open_run`), if the caller opened it; else it is opened here."""
+    if run is not None:
+        return _end(running, status, now_wall, run)
+    with _opened(running.claim) as opened:
+        return _end(running, status, now_wall, opened)
+
+
+def _end(running: Running, status: ExitStatus, now_wall: float, run: int | None) -> RunEnd:
+    outcome = _outcome(running, status, now_wall, run)
+    outcome["output_dropped"] = _compacted(running, run)
+    # Whether it returned matters only for a run a drain stopped after it exited 0.
+    returned = status.code == EXIT_OK and running.stopped is Stop.DRAIN and _has_result(run)
     return RunEnd(
         exited_ok=status.code == EXIT_OK,
         stop=running.stopped.value if running.stopped else None,
@@ -59,12 +64,22 @@ def _compacted(running: Running, run: int | None) -> dict[str, int]:
         return {}
 
 
-def _open_run(claim: Claim) -> int | None:
-    """The run's folder's descriptor; None if it is gone (claim lost)."""
+def open_run(claim: Claim) -> int | None:
+    """The run's folder's descriptor, the caller's to close; None if it is gone (claim lost)."""
     try:
         return run_folder.open_run(claim.place, claim.run)
     except OSError:
         return None
+
+
+@contextlib.contextmanager
+def _opened(claim: Claim) -> Iterator[int | None]:
+    run = open_run(claim)
+    try:
+        yield run
+    finally:
+        if run is not None:
+            os.close(run)
 
 
 def _outcome(running: Running, status: ExitStatus, now_wall: float, run: int | None) -> dict[str, Any]:

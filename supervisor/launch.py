@@ -120,7 +120,7 @@ class Launcher:
             spawner = self.spawner
             # As a submitter, or into a cgroup a spawn cannot enter before its program runs: forked.
             if spawner is not None and identity is None and (box is None or spawner.enters_cgroup):
-                environment = {**os.environ, **job_environment(claim), **command.env}
+                environment = {**job_environment(claim), **command.env}  # (over the manager's)
                 mode = queue.file_mode
 
                 def spawn() -> int:

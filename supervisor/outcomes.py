@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import os
 import signal
 import time
 from collections.abc import Mapping
@@ -112,9 +113,14 @@ class Outcomes:
             log.warning("job %s pid %d %s after its claim was lost", claim.job_id, status.pid, status.describe())
             self._note_lost(running, status)
             return
-        end = harvest.run_end(running, status, ended)
-        if not self._record(running, status, end, report=True):
-            self._stranded.append((running, status, end))
+        run = harvest.open_run(claim)  # once, for its outcome and its record
+        try:
+            end = harvest.run_end(running, status, ended, run)
+            if not self._record(running, status, end, report=True, run=run):
+                self._stranded.append((running, status, end))
+        finally:
+            if run is not None:
+                os.close(run)
 
     def _note_lost(self, running: Running, status: forking.ExitStatus) -> None:
         """Say in the job (wherever it is now) how the run whose claim was lost ended."""
@@ -179,10 +185,13 @@ class Outcomes:
         except (OSError, JobsError) as exc:
             log.error("cannot put job %s back: %s; the next heartbeat returns it", claim.job_id, exc)
 
-    def _record(self, running: Running, status: forking.ExitStatus, end: RunEnd, report: bool) -> bool:
-        """Finish the run in the store (its outcome, its job's next place) and say so; False if the store failed."""
+    def _record(
+        self, running: Running, status: forking.ExitStatus, end: RunEnd, report: bool, run: int | None = None
+    ) -> bool:
+        """Finish the run in the store (its outcome, its job's next place; `run`: its folder,
+        if opened) and say so; False if the store failed."""
         try:
-            finished = self.queue.serving.finish(running.claim, end)
+            finished = self.queue.serving.finish(running.claim, end, run=run)
             self.health.worked()
         except ClaimLost as exc:
             log.warning("job %s: %s", running.claim.job_id, exc)

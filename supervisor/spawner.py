@@ -59,9 +59,10 @@ class Spawner:
     def spawn(
         self, claim: Claim, command: Command, environment: dict[str, str], file_mode: int, cgroups: Cgroups = NO_CGROUPS
     ) -> int:
-        """Start the command job's process (in the run's cgroups, given their `cgroup.procs`:
-        only where `enters_cgroup`); return its pid. RunGone if the run's folder is gone (a
-        sweeper took the claim back); OSError if the host cannot spawn."""
+        """Start the command job's process (with `environment` over the manager's; in the run's
+        cgroups, given their `cgroup.procs`: only where `enters_cgroup`); return its pid.
+        RunGone if the run's folder is gone (a sweeper took the claim back); OSError if the
+        host cannot spawn."""
         try:
             run = run_folder.open_run(claim.place, claim.run)
         except FileNotFoundError:
@@ -92,8 +93,8 @@ class Spawner:
         cwd: str | None,
         cgroups: Cgroups = NO_CGROUPS,
     ) -> int:
-        """Start `program` with `stdio` as its 0, 1 and 2, in `cwd` (None: where the manager
-        is); return its pid."""
+        """Start `program` with `env` over the manager's environment, `stdio` as its 0, 1 and
+        2, in `cwd` (None: where the manager is); return its pid."""
         raise NotImplementedError
 
 
@@ -111,7 +112,7 @@ class Vforked(Spawner):
         spawner = cls()
         null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
-            status = forking.wait_for(spawner.start(("true",), dict(os.environ), (null, null, null), None), 10)
+            status = forking.wait_for(spawner.start(("true",), {}, (null, null, null), None), 10)
         except OSError as exc:
             log.info("command jobs are not vforked: %s", exc)
             return None
@@ -173,7 +174,7 @@ class Chained(Spawner):
         cwd: str | None,
         cgroups: Cgroups = NO_CGROUPS,
     ) -> int:
-        return forking.spawn(self.setpriv, self.argv(os.getpid(), cwd, program), env, stdio)
+        return forking.spawn(self.setpriv, self.argv(os.getpid(), cwd, program), {**os.environ, **env}, stdio)
 
 
 @functools.cache

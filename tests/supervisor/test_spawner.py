@@ -144,7 +144,7 @@ def test_many_vforks_leave_the_managers_memory_intact(vforked: Vforked) -> None:
         source = Path(forking.__file__).read_text()
         for number in range(300):
             program = ("true",) if number % 3 else ("no-such-program-here",)
-            pid = vforked.start(program, dict(os.environ), (0, 1, 2), None if number % 5 else "/")
+            pid = vforked.start(program, {}, (0, 1, 2), None if number % 5 else "/")
             forking.wait_for(pid, 10)
             ast.parse(source)  # many objects made and freed
             gc.collect()
@@ -240,6 +240,41 @@ def test_a_relative_folder_is_the_managers_and_ignores_cdpath(
 
 
 @pytest.mark.parametrize("how", ["vforked", "chain"])
+def test_a_program_finds_the_managers_environment_as_it_is_with_the_jobs_over_it(
+    tmp_path: Path, how: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vforked path keeps the manager's environment encoded between jobs: a change the
+    manager makes to it (a variable, its PATH) must reach the next program all the same."""
+    spawner: Spawner = request.getfixturevalue(how)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "fv-probe-env").write_text('#!/bin/sh\necho "$FV_PROBE $FV_OVER"\n')
+    (tmp_path / "bin" / "fv-probe-env").chmod(0o755)
+
+    def run(program: str, env: dict[str, str]) -> str:
+        out = tmp_path / "out"
+        with out.open("wb") as stdout:
+            status = forking.wait_for(spawner.start((program,), env, (0, stdout.fileno(), 2), None), 10)
+        assert status is not None
+        assert status.code == 0, status
+        return out.read_text().strip()
+
+    monkeypatch.setenv("FV_PROBE", "one")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert run("fv-probe-env", {"FV_OVER": "job"}) == "one job"
+    monkeypatch.setenv("FV_PROBE", "two")
+    assert run("fv-probe-env", {}) == "two"
+    assert run("fv-probe-env", {"FV_PROBE": "the job's"}) == "the job's"
+    monkeypatch.delenv("FV_PROBE")
+    assert run("fv-probe-env", {}) == ""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    out = tmp_path / "missing"
+    with out.open("wb") as stderr:
+        status = forking.wait_for(spawner.start(("fv-probe-env",), {}, (0, 1, stderr.fileno()), None), 10)
+    assert status is not None
+    assert status.code == 127, "the program was found on a PATH the manager dropped"
+
+
+@pytest.mark.parametrize("how", ["vforked", "chain"])
 def test_a_manager_killed_right_after_a_spawn_leaves_no_program_running(
     procs: Processes, how: str, request: pytest.FixtureRequest
 ) -> None:
@@ -249,7 +284,7 @@ def test_a_manager_killed_right_after_a_spawn_leaves_no_program_running(
     spawner: Spawner = request.getfixturevalue(how)
 
     def spawn_and_die() -> int:
-        spawner.start(("sleep", "60"), dict(os.environ), (0, 1, 2), None)
+        spawner.start(("sleep", "60"), {}, (0, 1, 2), None)
         return 0  # and the child exits at once (forking.start_child)
 
     for _ in range(200):
