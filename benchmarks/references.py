@@ -384,7 +384,7 @@ class CommandRecordingQueue(RecordingQueue):
             stdin = os.open(os.devnull, os.O_RDONLY)
             variables = {"FORKVISOR_QUEUE": job, "FORKVISOR_JOB_ID": job_id, "FORKVISOR_ATTEMPT_DIR": run}
             _, procs, memory = NO_CGROUP if self.cgroups is None else self.cgroups.make(job_id, forked=False)
-            pid = forking.vfork_exec((TRUE,), os.environ | variables, (stdin, *output), None, (procs, memory))
+            pid = forking.vfork_exec((TRUE,), variables, (stdin, *output), None, (procs, memory))
             for fd in (stdin, *output, procs, memory):
                 if fd >= 0:
                     os.close(fd)

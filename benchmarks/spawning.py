@@ -50,7 +50,7 @@ def _forked() -> None:
 
 
 def _vforked() -> None:
-    forking.vfork_exec((TRUE,), dict(os.environ), (0, 1, 2), None)
+    forking.vfork_exec((TRUE,), {}, (0, 1, 2), None)
 
 
 def _spawner(check: bool) -> Callable[[], None]:

@@ -221,10 +221,11 @@ class Claimer:
                 self._not_yet(place, job_id, spec, found, now)  # written into ready/ by hand, say
                 return None
             try:
-                used = counter.used(job)
+                count = counter.counted(job)
             except InvalidJob as exc:
                 _bury(self.folder, place, job_id, fate.invalid(str(exc)), now)
                 return None
+            used, never_counted = count or 0, count is None
             policy, record = self._policies.resolve(spec, functions, self.folder.stored_settings)
             dead = fate.before_run(cancel_requested(job), used, policy.max_attempts)
             if dead is not None:
@@ -235,16 +236,15 @@ class Claimer:
             files.checkpoint("claim:counted")
             path = Path(place.path)
             if staged:  # its run folder is staged too, and put in place once its count is (`begin_runs`)
-                claim = Claim(job_id, owner, path, spec, _free_run(job), used + 1, policy, place, False)
+                run = _free_run(job, never_counted)
+                claim = Claim(job_id, owner, path, spec, run, used + 1, policy, place, False)
                 self.folder.make_dir(job / f".attempt-{claim.run}")
-                _write_policy(self.folder, job, f".attempt-{claim.run}", record)
+                _write_policy(self.folder, place, f".attempt-{claim.run}", record)
             else:
-                claim = Claim(job_id, owner, path, spec, self._new_run_folder(job), used + 1, policy, place)
+                run = self._new_run_folder(job, place, never_counted)
+                claim = Claim(job_id, owner, path, spec, run, used + 1, policy, place)
                 files.checkpoint("claim:attempt-created")
-                if job.replaced(place.name, place.dir) is not None:  # reaped while this claimer stood still
-                    _abandon_run(job, claim.run)
-                    return None
-                _write_policy(self.folder, job, f"attempt-{claim.run}", record)
+                _write_policy(self.folder, place, f"attempt-{claim.run}", record)
             attempt = f"attempt {claim.attempt}/{policy.max_attempts} (run {claim.run})"
             self.folder.log_event(job, f"claimed by {owner}: {attempt}", now)
         return claim
@@ -273,14 +273,16 @@ class Claimer:
         if function is not None:  # (None: paused, not left for other managers)
             self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
 
-    def _new_run_folder(self, job: Dir) -> int:
+    def _new_run_folder(self, job: Dir, place: Entry, never_counted: bool) -> int:
         """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
         It lists the job folder rather than trusting the counter: an operator's `retry`
-        resets the counter, and a hand-edited job may have gaps, but run numbers only grow."""
-        number = _free_run(job)
+        resets the counter, and a hand-edited job may have gaps, but run numbers only grow.
+        Made through the claim's place: in a job reaped meanwhile (its owner stood still
+        past its lease), none is made (FileNotFoundError: the claim is given up)."""
+        number = _next_run(job, never_counted)
         while True:
             try:
-                self.folder.make_dir(job / f"attempt-{number}")
+                self.folder.make_dir(Entry(place.dir, f"{place.name}/attempt-{number}"))
                 return number
             except FileExistsError:
                 number += 1
@@ -585,26 +587,30 @@ def begin_runs(claims: Sequence[Claim], failed: list[OSError | None]) -> None:
                 failed[index] = exc if isinstance(exc, OSError) else FileExistsError(str(exc))
 
 
-def _free_run(job: Dir) -> int:
+def _next_run(job: Dir, never_counted: bool) -> int:
+    """The number after the newest run's. A job never counted whose folder holds no folder
+    is on its first: its link count (2: itself and its entry) says so, where the file system
+    keeps it (ext4, XFS, tmpfs, NFS from those; btrfs and overlayfs say 1 and are listed),
+    without the listing every claim once made."""
+    if never_counted and os.fstat(job.fd).st_nlink == 2:
+        return 1
+    return view.last_attempt(job) + 1
+
+
+def _free_run(job: Dir, never_counted: bool) -> int:
     """The number of the next run (its folder staged now, put in place by `begin_runs`):
     after the newest run, past any entry that stands in the way, staged or not (as
     `_new_run_folder` steps over one): no two claims of a job ever share a run number."""
-    number = view.last_attempt(job) + 1
+    number = _next_run(job, never_counted)
     while job.exists(f"attempt-{number}") or job.exists(f".attempt-{number}"):
         number += 1
     return number
 
 
-def _write_policy(folder: QueueFolder, job: Dir, run_folder: str, record: bytes) -> None:
+def _write_policy(folder: QueueFolder, place: Entry, run_folder: str, record: bytes) -> None:
+    """Write the run's policy through the claim's place, like the run's folder: in a job
+    reaped meanwhile, nothing is written (FileNotFoundError: the claim is given up, and no
+    run of it is told in the job, which is no longer this claimer's)."""
     # Not fsynced: after a power loss the sweeper resolves the policy again from the same sources.
-    with job.sub(run_folder) as opened:
-        files.write_new(POLICY_FILE, record, durable=False, mode=folder.file_mode, dir_fd=opened.fd)
-
-
-def _abandon_run(job: Dir, run: int) -> None:
-    """Take back the run folder a claim made after it was lost; one the sweep already marked
-    lost (it holds an outcome) stays, as the story of that attempt."""
-    try:
-        os.rmdir(f"attempt-{run}", dir_fd=job.fd)
-    except OSError:
-        pass  # not empty: the reaping sweep wrote its outcome
+    path = f"{place.name}/{run_folder}/{POLICY_FILE}"
+    files.write_new(path, record, durable=False, mode=folder.file_mode, dir_fd=place.dir.fd)

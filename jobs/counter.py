@@ -23,10 +23,15 @@ from jobs.handles import Dir, Entry
 def used(job: Dir) -> int:
     """Runs used so far (a missing file: none). InvalidJob when the file is unreadable or
     not a number: reading it as 0 would hand a crash-looping job a fresh set of attempts."""
+    return counted(job) or 0
+
+
+def counted(job: Dir) -> int | None:
+    """`used`, or None when the job has no counter: it was never counted."""
     try:
         text = files.read_limited(COUNTER_FILE, 64, job.fd).decode("ascii", "replace").strip()
     except FileNotFoundError:
-        return 0
+        return None
     except OSError as exc:
         raise InvalidJob(f"cannot read the attempts counter of {_name(job)}: {exc.strerror or exc}") from None
     if not text.isdigit():
