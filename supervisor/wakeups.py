@@ -29,6 +29,10 @@ from supervisor.watch import IN_CREATE, IN_DELETE, IN_MOVED_TO, Watch, open_watc
 log = logging.getLogger(__name__)
 StartedSince = Callable[[int, float], int]  # (queue index, monotonic time) -> children of it started since
 MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
+# How long a job runs before its folder is watched for an operator's marks: most jobs end
+# sooner, and a watch added and removed costs each about as much as the rest of its records.
+# A mark made meanwhile is looked for once the watch is up (`QueueWatch.follow_due`).
+FOLLOW_AFTER = 0.05
 
 
 class News:
@@ -79,6 +83,7 @@ class QueueWatch:
         self._drain_at_start: tuple[int, int] | None = None
         self._jobs: dict[str, tuple[str, int]] = {}  # running job id -> its folder's path, its watch
         self._job_at: dict[str, str] = {}  # a running job's folder's path -> its id
+        self._to_follow: dict[str, tuple[float, str]] = {}  # job id -> when to watch its folder, which; by start
 
     def note_drain_at_start(self) -> None:
         """The drain request standing now is not for this manager (see the module's docstring)."""
@@ -130,10 +135,32 @@ class QueueWatch:
         elif found.rung and free:
             bell.clear()
 
-    def follow_job(self, job_id: str, folder: str) -> None:
-        """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` and `frozen` marks:
-        an operator's cancel stops it (a pause freezes it) at once, not at the manager's next
-        heartbeat (which still looks: on NFS another host's mark makes no event here)."""
+    def follow_job(self, job_id: str, folder: str, now: float) -> None:
+        """Watch a running job's folder (`claimed/OWNER/ID`) for its `cancel` and `frozen` marks
+        once it has run `FOLLOW_AFTER` seconds (`now`: its start, monotonic): an operator's
+        cancel stops it (a pause freezes it) then, not at the manager's next heartbeat (which
+        still looks: on NFS another host's mark makes no event here)."""
+        if self.watch is not None:
+            self._to_follow[job_id] = now + FOLLOW_AFTER, folder
+
+    @property
+    def next_follow(self) -> float:
+        """When the next job's folder is to be watched (monotonic)."""
+        for due, _ in self._to_follow.values():  # (the first: they were started in order)
+            return due
+        return float("inf")
+
+    def follow_due(self, now: float) -> None:
+        """Watch the folders of the jobs that have run long enough, and have each looked at
+        once (as if marked): a mark made before its watch made no event."""
+        if not self._to_follow or self.next_follow > now:
+            return
+        due = [job_id for job_id, (when, _) in self._to_follow.items() if when <= now]
+        for job_id in due:
+            self._follow(job_id, self._to_follow.pop(job_id)[1])
+        self.news.marked = [*self.news.marked, *due]
+
+    def _follow(self, job_id: str, folder: str) -> None:
         if self.watch is None:
             return
         try:
@@ -144,7 +171,9 @@ class QueueWatch:
         self._job_at[folder] = job_id
 
     def forget_job(self, job_id: str) -> None:
-        """Stop watching the folder of a job whose child ended."""
+        """Stop watching the folder of a job whose child ended (or never start)."""
+        if self._to_follow.pop(job_id, None) is not None:
+            return  # it ended before its folder was watched: the usual case
         found = self._jobs.pop(job_id, None)
         if found is not None and self.watch is not None:
             self._job_at.pop(found[0], None)
@@ -235,7 +264,8 @@ class Wakeups:
 
     @property
     def next_poll(self) -> float:
-        return min(watch.next_poll for watch in self.watches)
+        """When the wait must end at the latest: a queue's poll, or a job's folder to watch."""
+        return min(min(watch.next_poll, watch.next_follow) for watch in self.watches)
 
     def open_signals(self) -> None:
         """First of all: from now on a SIGTERM is read here (a drain), not the default (death)."""
@@ -257,7 +287,7 @@ class Wakeups:
 
     def follow_job(self, running: Running) -> None:
         """Watch a started job's folder for its `cancel` mark (see `QueueWatch.follow_job`)."""
-        self.watches[running.queue].follow_job(running.claim.job_id, running.claim.place.path)
+        self.watches[running.queue].follow_job(running.claim.job_id, running.claim.place.path, running.started)
 
     def forget_job(self, running: Running) -> None:
         self.watches[running.queue].forget_job(running.claim.job_id)
@@ -296,6 +326,7 @@ class Wakeups:
                 self._listening[fd].answer()
         for watch in self.watches:
             watch.poll_if_due(now)
+            watch.follow_due(now)
         return found
 
     def _listen(self, epoll: select.epoll) -> None:
