@@ -241,7 +241,7 @@ class Claimer:
                 self.folder.make_dir(job / f".attempt-{claim.run}")
                 _write_policy(self.folder, place, f".attempt-{claim.run}", record)
             else:
-                run = self._new_run_folder(job, place, never_counted)
+                run = _new_run_folder(self.folder, job, place, never_counted)
                 claim = Claim(job_id, owner, path, spec, run, used + 1, policy, place)
                 files.checkpoint("claim:attempt-created")
                 _write_policy(self.folder, place, f"attempt-{claim.run}", record)
@@ -272,20 +272,6 @@ class Claimer:
             self.folder.quarantine(place, f"{name} is in ready/ twice (a copy?)", time.time())
         if function is not None:  # (None: paused, not left for other managers)
             self.left_for_others[function] = self.left_for_others.get(function, 0) + 1
-
-    def _new_run_folder(self, job: Dir, place: Entry, never_counted: bool) -> int:
-        """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
-        It lists the job folder rather than trusting the counter: an operator's `retry`
-        resets the counter, and a hand-edited job may have gaps, but run numbers only grow.
-        Made through the claim's place: in a job reaped meanwhile (its owner stood still
-        past its lease), none is made (FileNotFoundError: the claim is given up)."""
-        number = _next_run(job, never_counted)
-        while True:
-            try:
-                self.folder.make_dir(Entry(place.dir, f"{place.name}/attempt-{number}"))
-                return number
-            except FileExistsError:
-                number += 1
 
     # -- a claimed job ---------------------------------------------------------------
 
@@ -475,10 +461,14 @@ def _unlink_result(folder: QueueFolder, job: Dir, result: str, claimed: Dir, now
 
 def _put_result(folder: QueueFolder, job: Dir, staged: str, result: str, claimed: Dir, now: float) -> None:
     try:
-        os.replace(staged, result, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
+        _replace_within(claimed, staged, result)
     except IsADirectoryError:  # a folder stands there: moved aside, once
         folder.clear_the_way(job, RESULT_FILE, now)
-        os.replace(staged, result, src_dir_fd=claimed.fd, dst_dir_fd=claimed.fd)
+        _replace_within(claimed, staged, result)
+
+
+def _replace_within(folder: Dir, name: str, target: str) -> None:
+    os.replace(name, target, src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
 
 
 def _stage_result(folder: QueueFolder, job: Dir, number: int, run: Dir | None, staging: str, now: float) -> str | None:
@@ -595,6 +585,21 @@ def _next_run(job: Dir, never_counted: bool) -> int:
     if never_counted and os.fstat(job.fd).st_nlink == 2:
         return 1
     return view.last_attempt(job) + 1
+
+
+def _new_run_folder(folder: QueueFolder, job: Dir, place: Entry, never_counted: bool) -> int:
+    """Create the folder of the next run, `attempt-(newest + 1)`; return its number.
+    It lists the job folder rather than trusting the counter: an operator's `retry`
+    resets the counter, and a hand-edited job may have gaps, but run numbers only grow.
+    Made through the claim's place: in a job reaped meanwhile (its owner stood still
+    past its lease), none is made (FileNotFoundError: the claim is given up)."""
+    number = _free_run(job, never_counted)
+    while True:
+        try:
+            folder.make_dir(Entry(place.dir, f"{place.name}/attempt-{number}"))
+            return number
+        except FileExistsError:
+            number += 1
 
 
 def _free_run(job: Dir, never_counted: bool) -> int:

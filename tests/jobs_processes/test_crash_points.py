@@ -776,7 +776,7 @@ def test_a_complete_that_loses_its_claim_half_way_raises_claim_lost(tmp_path: Pa
         claim = child_queue.serving.claim(owner.name)
         assert claim is not None
         write_result(claim)
-        stop_before(os.replace, "_link_result")
+        stop_before(os.replace, "_replace_within")
         try:
             child_queue.serving.complete(claim)
         except Exception as exc:
