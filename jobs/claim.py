@@ -455,7 +455,9 @@ def _link_result(folder: QueueFolder, job: Dir, claim: Claim, now: float, run: D
 def _unlink_result(folder: QueueFolder, job: Dir, result: str, claimed: Dir, now: float) -> None:
     try:
         files.unlink_if_there(result, claimed.fd)
-    except (IsADirectoryError, PermissionError):  # a folder (EISDIR, EPERM): moved aside
+    except (IsADirectoryError, PermissionError):  # a folder (EISDIR, or EPERM): moved aside
+        if not job.is_dir(RESULT_FILE):
+            raise
         folder.clear_the_way(job, RESULT_FILE, now)
 
 

@@ -190,9 +190,8 @@ PROGRAMS_KEPT = 256  # programs whose candidate files are kept (a queue of many 
 
 class _Encoded:  # (a namespace: the module's one cache)
     """The manager's environment, encoded for an exec: made again only when `os.environ`
-    changed. Merging and encoding it for every command job cost about 35 µs, as much as the
-    rest of the job's Python around its spawn; comparing CPython's dict of bytes behind
-    `os.environ` with the copy costs about one."""
+    changed. Merging and encoding it for every command job cost about 35 µs; comparing
+    CPython's dict of bytes behind `os.environ` with the copy costs about one."""
 
     seen: ClassVar[dict[bytes, bytes] | None] = None
     paths: ClassVar[dict[tuple[bytes | None, str], list[bytes]]] = {}

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 StartedSince = Callable[[int, float], int]  # (queue index, monotonic time) -> children of it started since
 MEMBER_WATCHES = 1000  # members' folders watched per queue (each costs a kernel watch of the user's)
 # How long a job runs before its folder is watched for an operator's marks: most jobs end
-# sooner, and a watch added and removed costs each about as much as the rest of its records.
-# A mark made meanwhile is looked for once the watch is up (`QueueWatch.follow_due`).
+# sooner, and a watch costs two calls through ctypes (and, in a manager that forks, the pages
+# they write). A mark made meanwhile is looked for once the watch is up (`QueueWatch.follow_due`).
 FOLLOW_AFTER = 0.05
 
 
