@@ -158,7 +158,9 @@ def test_a_manager_reaped_while_its_children_wait_at_their_gates_lets_them_go_on
     dead = lambda owner: False  # noqa: E731  # (a sweeper that finds the manager dead: a SIGSTOP long past its lease)
     at_checkpoint["claim:counted"] = lambda: reaped.append(Queue(queue.path).serving.sweep(time.time(), dead))
     wait_until(lambda: reaped, 10, "the manager was reaped at its first claim", manager=manager)
-    assert reaped[0]["reverted"] == 1, reaped
+    # The job goes back through this sweep, or through the manager's own sweeper, which finishes
+    # a reap it finds under way (`.reaping-OWNER`) and may take the job first on a loaded host.
+    assert reaped[0]["expired"] == 1, reaped
     wait_until(lambda: queue.counts()["done"] == 2, 20, "both jobs ran, later", manager=manager)
     for job_id in (first, second):
         assert queue.job(job_id).attempts == 1, dump(queue.job(job_id))
